@@ -1,0 +1,67 @@
+"""The anomaly report: ``anomalies/step<N>_rank<R>.json`` for tools, ``.md`` for people."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Mapping, Optional
+
+from . import format as fmt
+from . import records
+from .anomaly import Anomaly
+from .run_dir import anomaly_report_stem
+
+HISTORY_STEPS = 50
+
+
+def _atomic_write(path: str, text: str) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: List[Mapping[str, Any]],
+                 hardware: Optional[Mapping[str, Any]], notes: List[str],
+                 resume_snippet: Optional[str]) -> str:
+    """Write both files; returns the JSON path. ``history`` is the last step records."""
+    stem = anomaly_report_stem(log_dir, anomaly.step or 0, rank)
+    os.makedirs(os.path.dirname(stem), exist_ok=True)
+    steps = [dict(step=r.get("step"), loss=r.get("loss"), loss_smooth=r.get("loss_smooth"),
+                  grad_norm=r.get("grad_norm"), lr=r.get("lr"), skipped=r.get("skipped"))
+             for r in history[-HISTORY_STEPS:]]
+    body: Dict[str, Any] = {
+        "anomaly": anomaly.kind, "step": anomaly.step, "rank": rank, "value": anomaly.value,
+        "threshold": anomaly.threshold, "message": anomaly.message, "actions": anomaly.actions,
+        "checkpoint": anomaly.checkpoint, "notes": notes, "resume": resume_snippet,
+        "hardware": hardware, "history": steps,
+    }
+    json_path = stem + ".json"
+    _atomic_write(json_path, records.encode(body) + "\n")
+    _atomic_write(stem + ".md", _markdown(body))
+    return json_path
+
+
+def _markdown(body: Mapping[str, Any]) -> str:
+    lines = [
+        f"# Anomaly: {body['anomaly']} at step {body['step']} (rank {body['rank']})", "",
+        body["message"], "",
+        f"- value: {fmt.number(body['value'])}",
+        f"- threshold: {fmt.number(body['threshold'])}",
+        f"- actions taken: {', '.join(body['actions']) or 'none'}",
+        f"- checkpoint: {body['checkpoint'] or 'none written'}",
+    ]
+    lines += [f"- {note}" for note in body["notes"]]
+    if body["resume"]:
+        lines += ["", "## Resume from the checkpoint", "", "```python", body["resume"], "```"]
+    hardware = body["hardware"]
+    if hardware:
+        lines += ["", "## Latest hardware sample", "", "```json",
+                  json.dumps(records.to_strict(dict(hardware)), indent=2), "```"]
+    lines += ["", f"## Last {len(body['history'])} steps", "",
+              "| step | loss | loss (smoothed) | grad norm | lr | skipped |",
+              "|---:|---:|---:|---:|---:|:---:|"]
+    for row in body["history"]:
+        lines.append(f"| {row['step']} | {fmt.number(row['loss'])} | "
+                     f"{fmt.number(row['loss_smooth'])} | {fmt.number(row['grad_norm'])} | "
+                     f"{fmt.lr(row['lr'])} | {'yes' if row['skipped'] else ''} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,265 @@
+"""The framework-free monitor: observation -> detectors -> policy -> actions, and every record
+to the sinks. Adapters (``mindwatch.mindspore``) feed it plain numbers and carry out the
+actions that need a framework through the hooks they set (checkpoint, resume hint)."""
+from __future__ import annotations
+
+import math
+import os
+import platform
+import socket
+import sys
+from collections import deque
+from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
+
+from . import records
+from .anomaly import Anomaly
+from .anomaly_report import HISTORY_STEPS, write_report
+from .clock import Clock, SystemClock
+from .detectors import Detector, GradBoundsDetector, NonFiniteDetector
+from .observation import HardwareSample, StepObservation
+from .policy import Policy
+from .rank import RankInfo, rank_from_env
+from .run_dir import prepare
+from .settings import MonitorSettings
+from .sinks.base import Sink
+from .sinks.console import ConsoleSink
+from .sinks.jsonl import JsonlSink
+from .version import __version__
+
+Checkpointer = Callable[[int], Optional[str]]
+
+
+def _as_float(name: str, value: Any) -> Optional[float]:
+    """Python float from a number, numpy scalar or 0-d tensor; None stays None."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a number or None; got {type(value).__name__}") from exc
+
+
+class Monitor:
+    """Records one training run of one rank. ``observe`` a step, ``close`` at the end."""
+
+    def __init__(self, log_dir: str, *, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, clock: Optional[Clock] = None,
+                 stream: Optional[TextIO] = None, versions: Optional[Mapping[str, str]] = None,
+                 **settings: Any):
+        self.settings = MonitorSettings.from_kwargs(**settings)
+        env = rank_from_env()
+        self.rank = env.rank if rank is None else rank
+        self.world_size = env.world_size if world_size is None else world_size
+        self.log_dir = os.fspath(log_dir) if isinstance(log_dir, os.PathLike) else log_dir
+        self.log_path = prepare(self.log_dir, self.rank, self.settings.resume)
+        self.clock: Clock = clock or SystemClock()
+        self.versions = {"mindwatch": __version__, "mindspore": None,
+                         "python": platform.python_version(), **(versions or {})}
+        self.policy = Policy(self.settings.policies)
+        self.detectors: List[Detector] = [
+            NonFiniteDetector(),
+            GradBoundsDetector(explode=self.settings.grad_explode,
+                               vanish=self.settings.grad_vanish,
+                               vanish_steps=self.settings.grad_vanish_steps),
+        ]
+        self.console = ConsoleSink(
+            rank=self.rank, print_interval=self.settings.print_interval, stream=stream,
+            verbose=self.rank == 0 or self.settings.print_all_ranks)
+        self.sinks: List[Sink] = [JsonlSink(self.log_path), self.console]
+        # hooks an adapter sets
+        self.checkpointer: Optional[Checkpointer] = None
+        self.resume_snippet: Optional[Callable[[str], str]] = None
+        self.report_notes: List[str] = []
+        # run state
+        self.stop_requested: Optional[Anomaly] = None
+        self.anomalies: List[Anomaly] = []
+        self.last_step = 0
+        self.last_hardware: Optional[Dict[str, Any]] = None
+        self._history: deque = deque(maxlen=HISTORY_STEPS)
+        self._started = False
+        self._closed = False
+        self._start_perf = 0.0
+        self._last_perf: Optional[float] = None
+        self._loss_smooth: Optional[float] = None
+        self._epoch: Optional[int] = None
+        self._epoch_losses: List[float] = []
+        self._epoch_steps = 0
+        self._previous_epoch_mean: Optional[float] = None
+
+    # -- life cycle -----------------------------------------------------------------------
+    def start(self, *, total_steps: Optional[int] = None, **run_info: Any) -> None:
+        """Write the ``run`` record. Called by the first ``observe`` if nobody did before."""
+        if self._started:
+            return
+        if self._closed:
+            raise RuntimeError("this monitor is closed; create a new one (resume=True appends)")
+        self._started = True
+        self._start_perf = self._last_perf = self.clock.perf_counter()
+        self.console.total_steps = total_steps
+        self._emit(records.RUN, schema=records.SCHEMA_VERSION, world_size=self.world_size,
+                   host=socket.gethostname(), pid=os.getpid(), config=self.settings.as_record(),
+                   versions=self.versions, log_path=self.log_path, total_steps=total_steps,
+                   argv=list(sys.argv), **run_info)
+
+    def close(self, reason: Optional[str] = None, error: Optional[str] = None) -> None:
+        """End the run: the last epoch's record, an ``end`` record, sinks closed. Idempotent."""
+        if self._closed:
+            return
+        self.start()
+        self.end_epoch()
+        if reason is None:
+            reason = "error" if error else ("stopped" if self.stop_requested else "completed")
+        if reason not in records.END_REASONS:
+            raise ValueError(f"reason must be one of {records.END_REASONS}; got {reason!r}")
+        self._emit(records.END, reason=reason, steps=self.last_step,
+                   elapsed_s=self.clock.perf_counter() - self._start_perf, error=error,
+                   stopped_by=self._stop_summary())
+        self._closed = True
+        for sink in self.sinks:
+            sink.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- inputs -----------------------------------------------------------------------------
+    def observe(self, *, step: int, loss: Any = None, lr: Any = None, grad_norm: Any = None,
+                epoch: Optional[int] = None, step_time_s: Optional[float] = None,
+                skipped: bool = False, steps: int = 1, batch_size: Optional[int] = None,
+                grads_finite: Optional[bool] = None, lr_groups: Optional[List[Any]] = None,
+                layer_grad_norms: Optional[Mapping[str, Any]] = None,
+                extra: Optional[Mapping[str, Any]] = None) -> List[Anomaly]:
+        """Record one step (or ``steps`` steps ending at ``step``); returns its anomalies."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise ValueError(f"step must be a positive int (1-based global step); got {step!r}")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be a positive int; got {steps!r}")
+        self.start()
+        now = self.clock.perf_counter()
+        if step_time_s is None:
+            step_time_s = (now - self._last_perf) / steps
+        self._last_perf = now
+        batch_size = batch_size or self.settings.batch_size
+        samples_per_s = batch_size / step_time_s if batch_size and step_time_s else None
+        observation = StepObservation(
+            step=step, epoch=epoch, loss=_as_float("loss", loss), lr=_as_float("lr", lr),
+            grad_norm=_as_float("grad_norm", grad_norm), grads_finite=grads_finite,
+            lr_groups=None if lr_groups is None else [_as_float("lr_groups", v) for v in lr_groups],
+            step_time_s=step_time_s, samples_per_s=samples_per_s, skipped=bool(skipped),
+            steps=steps, time=self.clock.time(),
+            layer_grad_norms=None if layer_grad_norms is None else
+            {name: _as_float("layer_grad_norms", v) for name, v in layer_grad_norms.items()},
+            extra=dict(extra or {}))
+        return self._process(observation)
+
+    def observe_hardware(self, sample: HardwareSample) -> List[Anomaly]:
+        record = records_from_hardware(sample)
+        self.last_hardware = record
+        self._emit(records.HARDWARE, **record)
+        found = []
+        for detector in self.detectors:
+            found.extend(detector.update_hardware(sample))
+        self._act(found)
+        return found
+
+    def notice(self, message: str, **fields: Any) -> None:
+        self.start()
+        self._emit(records.NOTICE, message=message, **fields)
+
+    def end_epoch(self) -> None:
+        """Emit the pending epoch's record (mean loss, convergence against the last one)."""
+        if self._epoch is None or self._epoch_steps == 0:
+            return
+        mean = math.fsum(self._epoch_losses) / len(self._epoch_losses) if self._epoch_losses else None
+        change = converging = None
+        if mean is not None and self._previous_epoch_mean is not None:
+            change = mean - self._previous_epoch_mean
+            converging = change < 0
+        self._emit(records.EPOCH, epoch=self._epoch, loss_mean=mean, steps=self._epoch_steps,
+                   loss_change=change, converging=converging,
+                   nonfinite_losses=self._epoch_steps - len(self._epoch_losses))
+        if mean is not None:
+            self._previous_epoch_mean = mean
+        self._epoch_losses, self._epoch_steps = [], 0
+
+    # -- the pipeline -------------------------------------------------------------------------
+    def _process(self, obs: StepObservation) -> List[Anomaly]:
+        if obs.epoch is not None and obs.epoch != self._epoch:
+            self.end_epoch()
+            self._epoch = obs.epoch
+        loss_ok = obs.loss is not None and math.isfinite(obs.loss)
+        if loss_ok:
+            # A non-finite loss is reported, never folded into the average it would poison.
+            beta = self.settings.loss_smoothing
+            self._loss_smooth = (obs.loss if self._loss_smooth is None
+                                 else beta * self._loss_smooth + (1 - beta) * obs.loss)
+            self._epoch_losses.append(obs.loss)
+        self._epoch_steps += obs.steps
+        self.last_step = obs.step
+        record = dict(step=obs.step, epoch=obs.epoch, loss=obs.loss, loss_smooth=self._loss_smooth,
+                      lr=obs.lr, grad_norm=obs.grad_norm, step_time_s=obs.step_time_s,
+                      skipped=obs.skipped, steps_covered=obs.steps,
+                      samples_per_s=obs.samples_per_s)
+        if obs.lr_groups is not None:
+            record["lr_groups"] = obs.lr_groups
+        if obs.layer_grad_norms is not None:
+            record["layer_grad_norms"] = obs.layer_grad_norms
+        record.update(obs.extra)
+        self._emit(records.STEP, _time=obs.time, **record)
+        self._history.append(record)
+        found: List[Anomaly] = []
+        for detector in self.detectors:
+            found.extend(detector.update(obs))
+        self._act(found)
+        return found
+
+    def _act(self, found: List[Anomaly]) -> None:
+        checkpoint = None
+        for anomaly in found:
+            anomaly.actions = self.policy.actions_for(anomaly.kind)
+            if "checkpoint" in anomaly.actions:
+                if checkpoint is None and self.checkpointer is not None:
+                    checkpoint = self.checkpointer(anomaly.step or self.last_step)
+                anomaly.checkpoint = checkpoint
+            if anomaly.actions != ["warn"]:
+                anomaly.report = write_report(
+                    log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
+                    history=list(self._history), hardware=self.last_hardware,
+                    notes=self._report_notes(anomaly),
+                    resume_snippet=self.resume_snippet(checkpoint)
+                    if checkpoint and self.resume_snippet else None)
+            if anomaly.stops and self.stop_requested is None:
+                self.stop_requested = anomaly
+            self.anomalies.append(anomaly)
+            self._emit(records.ANOMALY, anomaly=anomaly.kind, step=anomaly.step,
+                       value=anomaly.value, threshold=anomaly.threshold, message=anomaly.message,
+                       actions=anomaly.actions, checkpoint=anomaly.checkpoint,
+                       report=anomaly.report)
+
+    def _report_notes(self, anomaly: Anomaly) -> List[str]:
+        notes = list(self.report_notes)
+        if "checkpoint" in anomaly.actions and anomaly.checkpoint is None:
+            notes.append("no checkpoint was written: no weights are known to this monitor "
+                         "(use mindwatch.mindspore.TrainMonitor, or set monitor.checkpointer)")
+        return notes
+
+    def _stop_summary(self) -> Optional[Dict[str, Any]]:
+        if self.stop_requested is None:
+            return None
+        return {"anomaly": self.stop_requested.kind, "step": self.stop_requested.step,
+                "rank": self.rank}
+
+    def _emit(self, kind: str, _time: Optional[float] = None, **fields: Any) -> None:
+        record = {"kind": kind, "rank": self.rank,
+                  "time": self.clock.time() if _time is None else _time, **fields}
+        for sink in self.sinks:
+            sink.write(record)
+
+
+def records_from_hardware(sample: HardwareSample) -> Dict[str, Any]:
+    return {
+        "cpu_percent": sample.cpu_percent, "mem_used_gb": sample.mem_used_gb,
+        "mem_available_gb": sample.mem_available_gb, "rss_gb": sample.rss_gb,
+        "devices": [vars(device).copy() for device in sample.devices],
+        "framework_memory": sample.framework_memory,
+    }

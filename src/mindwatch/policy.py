@@ -1,0 +1,67 @@
+"""The single place that decides what to do about each kind of anomaly."""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Union
+
+from .anomaly import (ANOMALY_KINDS, GRADIENT_EXPLODE, GRADIENT_NONFINITE, LOSS_NONFINITE,
+                      OVERHEAT, PEER_STOP)
+
+WARN = "warn"
+STOP = "stop"
+CHECKPOINT_AND_STOP = "checkpoint_and_stop"
+POLICIES = (WARN, STOP, CHECKPOINT_AND_STOP)
+
+# Kinds a user may give a policy for; peer_stop is the consequence of another rank's policy.
+CONFIGURABLE_KINDS = tuple(kind for kind in ANOMALY_KINDS if kind != PEER_STOP)
+
+DEFAULT_POLICIES: Dict[str, str] = {kind: WARN for kind in CONFIGURABLE_KINDS}
+DEFAULT_POLICIES.update({
+    LOSS_NONFINITE: CHECKPOINT_AND_STOP,
+    GRADIENT_NONFINITE: CHECKPOINT_AND_STOP,
+    GRADIENT_EXPLODE: CHECKPOINT_AND_STOP,
+    OVERHEAT: CHECKPOINT_AND_STOP,
+})
+
+_ACTIONS = {WARN: ["warn"], STOP: ["stop"], CHECKPOINT_AND_STOP: ["checkpoint", "stop"]}
+
+PolicySpec = Union[None, str, Mapping[str, str]]
+
+
+def _check_policy(policy: object, where: str) -> str:
+    if not isinstance(policy, str) or policy not in POLICIES:
+        raise ValueError(f"{where} must be one of {', '.join(map(repr, POLICIES))}; got {policy!r}")
+    return policy
+
+
+def resolve_policies(spec: PolicySpec) -> Dict[str, str]:
+    """The full kind -> policy table for ``on_anomaly`` (None, one policy, or a partial dict)."""
+    if spec is None:
+        return dict(DEFAULT_POLICIES)
+    if isinstance(spec, str):
+        policy = _check_policy(spec, "on_anomaly")
+        return {kind: policy for kind in CONFIGURABLE_KINDS}
+    if not isinstance(spec, Mapping):
+        raise TypeError("on_anomaly must be a policy string or a dict of anomaly kind -> policy; "
+                        f"got {type(spec).__name__}")
+    table = dict(DEFAULT_POLICIES)
+    for kind, policy in spec.items():
+        if kind not in CONFIGURABLE_KINDS:
+            raise ValueError(f"on_anomaly has unknown anomaly kind {kind!r}; "
+                             f"known kinds: {', '.join(CONFIGURABLE_KINDS)}")
+        table[kind] = _check_policy(policy, f"on_anomaly[{kind!r}]")
+    return table
+
+
+class Policy:
+    """Maps an anomaly kind to the actions it triggers."""
+
+    def __init__(self, table: Mapping[str, str]):
+        self._table = dict(table)
+
+    def actions_for(self, kind: str) -> List[str]:
+        if kind == PEER_STOP:
+            return ["stop"]
+        return list(_ACTIONS[self._table.get(kind, WARN)])
+
+    def policy_for(self, kind: str) -> Optional[str]:
+        return self._table.get(kind)

@@ -1,0 +1,43 @@
+"""The run directory's layout (contract section 2) and its set-up checks."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def rank_log_path(log_dir: str, rank: int) -> str:
+    return os.path.join(log_dir, f"rank_{rank}.jsonl")
+
+
+def anomaly_report_stem(log_dir: str, step: int, rank: int) -> str:
+    return os.path.join(log_dir, "anomalies", f"step{step}_rank{rank}")
+
+
+def checkpoint_path(log_dir: str, step: int, rank: int) -> str:
+    return os.path.join(log_dir, "checkpoints", f"anomaly_step{step}_rank{rank}.ckpt")
+
+
+def prepare(log_dir: str, rank: int, resume: bool) -> str:
+    """Create ``log_dir`` and prove it writable now, before training starts.
+
+    Returns the rank's log path. An existing, non-empty run log is never overwritten: with
+    ``resume=False`` it is refused; with ``resume=True`` the new run is appended after it.
+    """
+    if not isinstance(log_dir, (str, os.PathLike)):
+        raise TypeError(f"log_dir must be a path (str or os.PathLike); got {type(log_dir).__name__}")
+    log_dir = os.fspath(log_dir)
+    if not log_dir:
+        raise ValueError("log_dir must not be empty")
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=log_dir, prefix=".mindwatch-probe-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"log_dir {log_dir!r} cannot be written ({exc.strerror or exc}); "
+                         "choose a directory you can write to") from exc
+    path = rank_log_path(log_dir, rank)
+    if not resume and os.path.exists(path) and os.path.getsize(path) > 0:
+        raise ValueError(
+            f"{path} already holds a run log; pass resume=True to append this run to it, or "
+            "choose a new log_dir (mindwatch never overwrites a run log)")
+    return path

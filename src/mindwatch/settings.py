@@ -1,0 +1,117 @@
+"""Every setting of a monitor, validated once, at construction.
+
+``MonitorSettings`` is keyword-only so call sites read as documentation, and validates in
+``__post_init__`` so a typo fails before training starts, naming the argument and what it
+accepts. Detector-specific knobs live here too, flat, so one ``Monitor(**settings)`` call
+configures everything and the ``run`` record can store the effective values.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Union
+
+from .policy import resolve_policies
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, minimum: int = None, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int{' or None' if optional else ''}; "
+                        f"got {type(value).__name__} {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {value}")
+
+
+def check_number(name: str, value: Any, *, low: float = None, high: float = None,
+                 low_open: bool = False, high_open: bool = False, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not _is_number(value):
+        raise TypeError(f"{name} must be a number{' or None' if optional else ''}; "
+                        f"got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite; got {value}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}; got {value}")
+    if high is not None and (value >= high if high_open else value > high):
+        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}; got {value}")
+
+
+def check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {type(value).__name__} {value!r}")
+
+
+@dataclass(kw_only=True)
+class MonitorSettings:
+    # console
+    print_interval: int = 10                 # steps between console lines
+    print_all_ranks: bool = False
+    # step metrics
+    loss_smoothing: float = 0.9              # EMA weight of the history in loss_smooth
+    batch_size: Optional[int] = None         # samples per step and rank; None: from the dataset
+    # absolute gradient bounds (global L2 norm, pre-clip)
+    grad_explode: float = 100.0
+    grad_vanish: float = 1e-6
+    grad_vanish_steps: int = 3               # consecutive steps below grad_vanish before it counts
+    # what to do
+    on_anomaly: Union[None, str, Mapping[str, str]] = None
+    # hardware
+    max_temperature_c: float = 85.0
+    hardware_interval_s: Optional[float] = 2.0
+    # optional sinks
+    tensorboard: bool = False
+    mindinsight: bool = False
+    prometheus_port: Optional[int] = None
+    # an existing run log in log_dir is refused unless resume=True appends a new run to it
+    resume: bool = False
+    policies: Dict[str, str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_int("print_interval", self.print_interval, minimum=1)
+        check_bool("print_all_ranks", self.print_all_ranks)
+        check_number("loss_smoothing", self.loss_smoothing, low=0.0, high=1.0, high_open=True)
+        check_int("batch_size", self.batch_size, minimum=1, optional=True)
+        check_number("grad_explode", self.grad_explode, low=0.0, low_open=True)
+        check_number("grad_vanish", self.grad_vanish, low=0.0)
+        if self.grad_vanish >= self.grad_explode:
+            raise ValueError(f"grad_vanish ({self.grad_vanish}) must be below grad_explode "
+                             f"({self.grad_explode})")
+        check_int("grad_vanish_steps", self.grad_vanish_steps, minimum=1)
+        self.policies = resolve_policies(self.on_anomaly)
+        check_number("max_temperature_c", self.max_temperature_c, low=0.0, low_open=True)
+        check_number("hardware_interval_s", self.hardware_interval_s, low=0.0, low_open=True,
+                     optional=True)
+        check_bool("tensorboard", self.tensorboard)
+        check_bool("mindinsight", self.mindinsight)
+        check_int("prometheus_port", self.prometheus_port, minimum=0, optional=True)
+        if self.prometheus_port is not None and self.prometheus_port > 65535:
+            raise ValueError(f"prometheus_port must be <= 65535; got {self.prometheus_port}")
+        check_bool("resume", self.resume)
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> "MonitorSettings":
+        """Like the constructor, with an error for unknown names that lists the known ones."""
+        known = {f.name for f in dataclasses.fields(cls) if f.init}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(f"unknown setting(s) {', '.join(unknown)}; "
+                            f"known settings: {', '.join(sorted(known))}")
+        return cls(**kwargs)
+
+    def as_record(self) -> Dict[str, Any]:
+        """The effective settings, for the ``run`` record (policies fully expanded)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values.pop("on_anomaly")
+        return values

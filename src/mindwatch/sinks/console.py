@@ -1,0 +1,112 @@
+"""The console view: an aligned line every N steps, anomalies and epoch verdicts as they come,
+and a progress bar with ETA when (and only when) the stream is a terminal."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Mapping, Optional, TextIO
+
+from .. import format as fmt
+from .. import records
+from .base import Sink
+
+_BAR_WIDTH = 24
+
+
+class ConsoleSink(Sink):
+    """``verbose=False`` keeps only what a non-zero rank must still say: anomalies and errors."""
+
+    def __init__(self, *, rank: int = 0, print_interval: int = 10, verbose: bool = True,
+                 stream: Optional[TextIO] = None, progress: Optional[bool] = None):
+        self.stream = stream if stream is not None else sys.stdout
+        self.rank = rank
+        self.print_interval = print_interval
+        self.verbose = verbose
+        isatty = getattr(self.stream, "isatty", lambda: False)
+        self.progress = (isatty() and verbose) if progress is None else progress
+        self.total_steps: Optional[int] = None
+        self._bar_shown = False
+        self._last_step = 0
+        self._time_per_step: Optional[float] = None
+
+    # -- output helpers -------------------------------------------------------------------
+    def _line(self, text: str) -> None:
+        if self._bar_shown:
+            self.stream.write("\r\x1b[2K")
+            self._bar_shown = False
+        self.stream.write(f"[rank {self.rank}] {text}\n")
+        self.stream.flush()
+
+    def _draw_bar(self) -> None:
+        if not self.progress or not self.total_steps:
+            return
+        done = min(self._last_step, self.total_steps)
+        filled = int(_BAR_WIDTH * done / self.total_steps)
+        eta = None
+        if self._time_per_step is not None:
+            eta = self._time_per_step * (self.total_steps - done)
+        bar = "#" * filled + "." * (_BAR_WIDTH - filled)
+        self.stream.write(f"\r\x1b[2K[{bar}] {done}/{self.total_steps} ETA {fmt.duration(eta)}")
+        self.stream.flush()
+        self._bar_shown = True
+
+    # -- records --------------------------------------------------------------------------
+    def write(self, record: Mapping[str, Any]) -> None:
+        kind = record.get("kind")
+        if kind == records.STEP:
+            self._step(record)
+        elif kind == records.ANOMALY:
+            actions = "+".join(record.get("actions") or []) or "warn"
+            where = f" -> {record['checkpoint']}" if record.get("checkpoint") else ""
+            self._line(f"ANOMALY {record['anomaly']} at step {record.get('step')}: "
+                       f"{record.get('message')} [{actions}{where}]")
+        elif kind == records.NOTICE:
+            self._line(f"note: {record.get('message')}")
+        elif not self.verbose:
+            if kind == records.END and record.get("reason") == "error":
+                self._line(f"training failed: {record.get('error')}")
+        elif kind == records.EPOCH:
+            self._epoch(record)
+        elif kind == records.RUN:
+            self._line(f"mindwatch {record['versions'].get('mindwatch')} logging to "
+                       f"{record.get('log_path')}")
+        elif kind == records.END:
+            detail = f": {record['error']}" if record.get("error") else ""
+            self._line(f"training {record['reason']} after {record.get('steps')} steps in "
+                       f"{fmt.duration(record.get('elapsed_s'))}{detail}")
+
+    def _step(self, record: Mapping[str, Any]) -> None:
+        step = record["step"]
+        covered = record.get("steps_covered", 1)
+        first = step - covered + 1
+        self._last_step = step
+        if record.get("step_time_s") is not None:
+            self._time_per_step = record["step_time_s"]
+        if self.verbose and (step // self.print_interval) > ((first - 1) // self.print_interval):
+            total = f"/{self.total_steps}" if self.total_steps else ""
+            width = len(str(self.total_steps)) if self.total_steps else 6
+            skipped = "  SKIPPED" if record.get("skipped") else ""
+            self._line(
+                f"epoch {record.get('epoch') or '-':>3} step {step:>{width}}{total} | "
+                f"loss {fmt.number(record.get('loss')):>9} "
+                f"(smooth {fmt.number(record.get('loss_smooth')):>9}) | "
+                f"lr {fmt.lr(record.get('lr')):>8} | grad {fmt.number(record.get('grad_norm')):>9} | "
+                f"{fmt.duration(record.get('step_time_s')):>9}/step | "
+                f"{fmt.rate(record.get('samples_per_s'))}{skipped}")
+        self._draw_bar()
+
+    def _epoch(self, record: Mapping[str, Any]) -> None:
+        verdict = record.get("converging")
+        change = record.get("loss_change")
+        if verdict is None:
+            trend = "first epoch"
+        else:
+            trend = (f"{change:+.4g} vs previous epoch: "
+                     f"{'converging' if verdict else 'NOT converging'}")
+        self._line(f"epoch {record['epoch']} done: mean loss {fmt.number(record.get('loss_mean'))} "
+                   f"over {record.get('steps')} steps ({trend})")
+
+    def close(self) -> None:
+        if self._bar_shown:
+            self.stream.write("\n")
+            self._bar_shown = False
+        self.stream.flush()
