@@ -78,8 +78,9 @@ class Monitor:
         self._history: deque = deque(maxlen=HISTORY_STEPS)
         self._started = False
         self._closed = False
-        self._start_perf = 0.0
-        self._last_perf: Optional[float] = None
+        # Timing starts at construction, so a custom loop's first step has a duration; an
+        # explicit start() (the MindSpore adapter's, at train begin) restarts it.
+        self._start_perf = self._last_perf = self.clock.perf_counter()
         self._loss_smooth: Optional[float] = None
         self._epoch: Optional[int] = None
         self._epoch_losses: List[float] = []
@@ -88,13 +89,17 @@ class Monitor:
 
     # -- life cycle -----------------------------------------------------------------------
     def start(self, *, total_steps: Optional[int] = None, **run_info: Any) -> None:
-        """Write the ``run`` record. Called by the first ``observe`` if nobody did before."""
+        """Write the ``run`` record now and restart the step timer."""
+        if not self._started:
+            self._start_perf = self._last_perf = self.clock.perf_counter()
+        self._ensure_started(total_steps=total_steps, **run_info)
+
+    def _ensure_started(self, *, total_steps: Optional[int] = None, **run_info: Any) -> None:
         if self._started:
             return
         if self._closed:
             raise RuntimeError("this monitor is closed; create a new one (resume=True appends)")
         self._started = True
-        self._start_perf = self._last_perf = self.clock.perf_counter()
         self.console.total_steps = total_steps
         self._emit(records.RUN, schema=records.SCHEMA_VERSION, world_size=self.world_size,
                    host=socket.gethostname(), pid=os.getpid(), config=self.settings.as_record(),
@@ -105,7 +110,7 @@ class Monitor:
         """End the run: the last epoch's record, an ``end`` record, sinks closed. Idempotent."""
         if self._closed:
             return
-        self.start()
+        self._ensure_started()
         self.end_epoch()
         if reason is None:
             reason = "error" if error else ("stopped" if self.stop_requested else "completed")
@@ -134,7 +139,7 @@ class Monitor:
             raise ValueError(f"step must be a positive int (1-based global step); got {step!r}")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"steps must be a positive int; got {steps!r}")
-        self.start()
+        self._ensure_started()
         now = self.clock.perf_counter()
         if step_time_s is None:
             step_time_s = (now - self._last_perf) / steps
@@ -153,6 +158,7 @@ class Monitor:
         return self._process(observation)
 
     def observe_hardware(self, sample: HardwareSample) -> List[Anomaly]:
+        self._ensure_started()
         record = records_from_hardware(sample)
         self.last_hardware = record
         self._emit(records.HARDWARE, **record)
@@ -163,7 +169,7 @@ class Monitor:
         return found
 
     def notice(self, message: str, **fields: Any) -> None:
-        self.start()
+        self._ensure_started()
         self._emit(records.NOTICE, message=message, **fields)
 
     def end_epoch(self) -> None:
@@ -238,6 +244,15 @@ class Monitor:
 
     def _report_notes(self, anomaly: Anomaly) -> List[str]:
         notes = list(self.report_notes)
+        last = self._history[-1] if self._history else None
+        if anomaly.checkpoint and last is not None and last.get("step") == anomaly.step:
+            if last.get("skipped"):
+                notes.append(f"the checkpoint holds the last good weights: step {anomaly.step}'s "
+                             "update was withheld")
+            else:
+                notes.append(f"the checkpoint's weights INCLUDE step {anomaly.step}'s update "
+                             "(it was not withheld: train with monitor.wrap(..., "
+                             "skip_anomalous_updates=True) to keep the last good weights)")
         if "checkpoint" in anomaly.actions and anomaly.checkpoint is None:
             notes.append("no checkpoint was written: no weights are known to this monitor "
                          "(use mindwatch.mindspore.TrainMonitor, or set monitor.checkpointer)")

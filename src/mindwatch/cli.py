@@ -1,0 +1,83 @@
+"""The ``mindwatch`` command. Errors are one readable line on stderr, never a traceback."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional
+
+EXIT_UNREADABLE = 2
+
+
+class CliError(Exception):
+    """A problem to report in one line, with the exit code to use."""
+
+    def __init__(self, message: str, code: int = EXIT_UNREADABLE):
+        super().__init__(message)
+        self.code = code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mindwatch", description="Watch training runs.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="train a small Transformer LM under full monitoring")
+    demo.add_argument("--out", help="run directory (default: runs/demo-<time>)")
+    demo.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
+    demo.add_argument("--inject", metavar="KIND@STEP",
+                      help="provoke a fault: explode, nan, diverge or vanish, at STEP")
+    demo.add_argument("--seed", type=int, default=0)
+
+    summary = commands.add_parser("summary", help="verdict of a run; exit 0 healthy, 1 anomalies, "
+                                  "2 unreadable")
+    summary.add_argument("run_dir")
+    summary.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return parser
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from .report.summary import render_text, summarize
+    from .runlog import RunLogError, read_run
+    try:
+        result = summarize(read_run(args.run_dir))
+    except RunLogError as exc:
+        raise CliError(str(exc)) from exc
+    print(json.dumps(result, indent=2, default=str) if args.json else render_text(result))
+    return result["exit_code"]
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.steps < 1:
+        raise CliError(f"--steps must be at least 1; got {args.steps}")
+    try:
+        from .mindspore.demo.run import parse_inject, run_demo
+    except ImportError as exc:
+        raise CliError(f"the demo needs MindSpore ({exc}); pip install 'mindspore==2.10.0' "
+                       "'numpy<2'") from exc
+    try:
+        inject = parse_inject(args.inject) if args.inject else None
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    result = run_demo(out=args.out, steps=args.steps, inject=inject, seed=args.seed)
+    print(f"run directory: {result.run_dir}")
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        handler = {"demo": _demo, "summary": _summary}[args.command]
+        return handler(args)
+    except CliError as exc:
+        print(f"mindwatch {args.command}: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print(f"mindwatch {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the contract: one line, never a traceback
+        print(f"mindwatch {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Hardware probes: host, NPU and GPU state sampled beside the training loop."""

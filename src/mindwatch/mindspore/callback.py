@@ -1,0 +1,152 @@
+"""``TrainMonitor``: the MindSpore callback users add to ``Model.train``."""
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+import mindspore as ms
+from mindspore import nn
+from mindspore.train import Callback
+
+from ..anomaly import Anomaly
+from ..monitor import Monitor
+from ..settings import check_bool, check_number
+from .checkpoint import resume_snippet, save_atomically
+from .distributed import current_rank
+from .lr import applied_lrs
+from .outputs import read_outputs
+from .wrap import MonitoredTrainStep
+
+_GRAD_CHECKS_OFF = ("gradient checks are off: the train cell does not return gradient norms. "
+                    "Build the train step with monitor.wrap(net_with_loss, optimizer) and pass "
+                    "it to Model(train_step) to turn them on")
+
+
+class TrainMonitor(Callback):
+    """Monitors a MindSpore training run; see ``mindwatch.MonitorSettings`` for settings."""
+
+    def __init__(self, log_dir: str, *, stream=None, clock=None, **settings: Any):
+        rank = current_rank()
+        self.monitor = Monitor(log_dir, rank=rank.rank, world_size=rank.world_size,
+                               stream=stream, clock=clock,
+                               versions={"mindspore": ms.__version__}, **settings)
+        self.monitor.resume_snippet = resume_snippet
+        self.monitor.checkpointer = self._save_checkpoint
+        self.train_step: Optional[MonitoredTrainStep] = None
+        self._cb_params = None
+        self._last_step_num = 0
+        self._mark: Optional[float] = None
+        self._said_grads_off = False
+
+    # -- public API -------------------------------------------------------------------
+    @property
+    def settings(self):
+        return self.monitor.settings
+
+    def wrap(self, net_with_loss: nn.Cell, optimizer: nn.Optimizer, *,
+             clip_grad_norm: Optional[float] = None, skip_anomalous_updates: bool = True,
+             sens: float = 1.0) -> MonitoredTrainStep:
+        """A train-step Cell that also returns the pre-clip global gradient norm."""
+        if not isinstance(net_with_loss, nn.Cell):
+            raise TypeError("net_with_loss must be a mindspore.nn.Cell returning the loss; got "
+                            f"{type(net_with_loss).__name__}")
+        if not isinstance(optimizer, nn.Optimizer):
+            raise TypeError("optimizer must be a mindspore.nn.Optimizer; got "
+                            f"{type(optimizer).__name__}")
+        check_number("clip_grad_norm", clip_grad_norm, low=0.0, low_open=True, optional=True)
+        check_bool("skip_anomalous_updates", skip_anomalous_updates)
+        check_number("sens", sens, low=0.0, low_open=True)
+        self.train_step = MonitoredTrainStep(
+            net_with_loss, optimizer, grad_explode=self.settings.grad_explode,
+            clip_grad_norm=clip_grad_norm, skip_anomalous_updates=skip_anomalous_updates,
+            sens=sens)
+        return self.train_step
+
+    def observe(self, **fields: Any) -> List[Anomaly]:
+        """A custom loop's step: ``observe(step=..., loss=..., lr=..., grad_norm=...)``."""
+        return self.monitor.observe(**fields)
+
+    def close(self) -> None:
+        self.monitor.close()
+
+    @property
+    def anomalies(self) -> List[Anomaly]:
+        return self.monitor.anomalies
+
+    # -- MindSpore callback hooks ---------------------------------------------------------
+    def on_train_begin(self, run_context) -> None:
+        cb = run_context.original_args()
+        self._cb_params = cb
+        self._last_step_num = int(getattr(cb, "cur_step_num", 0) or 0)
+        epochs, per_epoch = getattr(cb, "epoch_num", None), getattr(cb, "batch_num", None)
+        total = self._last_step_num + epochs * per_epoch if epochs and per_epoch else None
+        self.monitor.start(
+            total_steps=total, wrapped=self._is_wrapped(cb),
+            mode="GRAPH_MODE" if ms.get_context("mode") == ms.GRAPH_MODE else "PYNATIVE_MODE",
+            device_target=ms.get_context("device_target"),
+            dataset_sink_mode=bool(getattr(cb, "dataset_sink_mode", False)))
+        self._mark = self.monitor.clock.perf_counter()
+
+    def on_train_epoch_begin(self, run_context) -> None:
+        self._mark = self.monitor.clock.perf_counter()
+
+    def on_train_step_end(self, run_context) -> None:
+        now = self.monitor.clock.perf_counter()
+        cb = run_context.original_args()
+        if self._cb_params is None:       # a RunContext that skipped on_train_begin
+            self.on_train_begin(run_context)
+        step = int(cb.cur_step_num)
+        covered = max(step - self._last_step_num, 1)
+        step_time = (now - self._mark) / covered if self._mark is not None else None
+        self._mark = now
+        self._last_step_num = step
+        out = read_outputs(cb.net_outputs, wrapped=self._is_wrapped(cb))
+        lrs = out.lr_groups
+        if lrs is None:
+            lrs = applied_lrs(getattr(cb, "optimizer", None))
+        if out.grad_norm is None and not self._said_grads_off:
+            self._said_grads_off = True
+            self.monitor.notice(_GRAD_CHECKS_OFF)
+        self.monitor.observe(
+            step=step, epoch=getattr(cb, "cur_epoch_num", None), loss=out.loss,
+            lr=lrs[0] if lrs else None, lr_groups=lrs if lrs and len(lrs) > 1 else None,
+            grad_norm=out.grad_norm, grads_finite=out.grads_finite, skipped=out.skipped,
+            steps=covered, step_time_s=step_time, batch_size=self._batch_size(cb),
+            extra=out.extra)
+        if self.monitor.stop_requested is not None:
+            run_context.request_stop()
+
+    def on_train_epoch_end(self, run_context) -> None:
+        self.monitor.end_epoch()
+
+    def on_train_end(self, run_context) -> None:
+        self.monitor.close()
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        # MindSpore enters every callback as a context manager around training, so this runs
+        # on an exception too, when on_train_end never will.
+        if exc is not None:
+            self.monitor.close(reason="error", error=f"{exc_type.__name__}: {exc}")
+        else:
+            self.monitor.close()
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _is_wrapped(self, cb) -> bool:
+        network = getattr(cb, "train_network", None)
+        return self.train_step is not None and (network is None or network is self.train_step)
+
+    def _batch_size(self, cb) -> Optional[int]:
+        if self.settings.batch_size:
+            return self.settings.batch_size
+        dataset = getattr(cb, "train_dataset", None)
+        try:
+            return int(dataset.get_batch_size()) if dataset is not None else None
+        except Exception:  # a dataset without batch information: throughput stays null
+            return None
+
+    def _save_checkpoint(self, step: int) -> Optional[str]:
+        cell = self.train_step
+        if cell is None and self._cb_params is not None:
+            cell = getattr(self._cb_params, "train_network", None)
+        if cell is None:
+            return None
+        return save_atomically(cell, self.monitor.log_dir, step, self.monitor.rank)

@@ -1,0 +1,72 @@
+"""Reading what a train cell returned: ours, MindSpore Transformers', or a bare loss."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from .wrap import OUTPUT_FIELDS
+
+
+@dataclass
+class StepOutputs:
+    loss: Optional[float] = None
+    grad_norm: Optional[float] = None
+    lr_groups: Optional[List[float]] = None
+    skipped: bool = False
+    grads_finite: Optional[bool] = None
+    param_sq_norms: Optional[np.ndarray] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+    source: str = "loss"         # "wrap", "mindformers", "loss_scale", "loss"
+
+
+def _array(value: Any) -> Optional[np.ndarray]:
+    if value is None:
+        return None
+    if hasattr(value, "asnumpy"):
+        return np.asarray(value.asnumpy())
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+
+
+def _scalar(value: Any) -> Optional[float]:
+    array = _array(value)
+    if array is None or array.size == 0:
+        return None
+    return float(array.reshape(-1)[0])
+
+
+def _flag(value: Any) -> Optional[bool]:
+    array = _array(value)
+    return None if array is None or array.size == 0 else bool(array.reshape(-1).all())
+
+
+def read_outputs(outputs: Any, *, wrapped: bool) -> StepOutputs:
+    if wrapped:
+        named = dict(zip(OUTPUT_FIELDS, outputs))
+        lr = _array(named["lr"])
+        return StepOutputs(
+            loss=_scalar(named["loss"]), grad_norm=_scalar(named["grad_norm"]),
+            lr_groups=None if lr is None else [float(v) for v in lr.reshape(-1)],
+            skipped=bool(_flag(named["skipped"])), grads_finite=_flag(named["grads_finite"]),
+            param_sq_norms=_array(named["param_sq_norms"]), source="wrap")
+    if isinstance(outputs, (tuple, list)):
+        if len(outputs) in (5, 7):
+            # MindSpore Transformers' train cells: (loss, overflow, scaling_sens,
+            # learning_rate, global_norm[, local_norm, size]). overflow means the update
+            # was dropped; the LR is the one the optimizer was given at this step.
+            lr = _array(outputs[3])
+            return StepOutputs(
+                loss=_scalar(outputs[0]), skipped=bool(_flag(outputs[1])),
+                lr_groups=None if lr is None or lr.size == 0 else [float(v) for v in lr.reshape(-1)],
+                grad_norm=_scalar(outputs[4]), extra={"loss_scale": _scalar(outputs[2])},
+                source="mindformers")
+        if len(outputs) == 3:
+            # nn.TrainOneStepWithLossScaleCell: (loss, overflow, loss scale).
+            return StepOutputs(loss=_scalar(outputs[0]), skipped=bool(_flag(outputs[1])),
+                               extra={"loss_scale": _scalar(outputs[2])}, source="loss_scale")
+        return StepOutputs(loss=_scalar(outputs[0]) if outputs else None)
+    return StepOutputs(loss=_scalar(outputs))

@@ -1,0 +1,1 @@
+"""Views of a finished or running run: verdict, HTML report, live terminal view."""

@@ -1,0 +1,100 @@
+"""Tolerant reading of ``rank_<R>.jsonl`` files.
+
+A log being written, or left by a killed process, may end in a torn line: that one line is
+dropped and counted. A bad line anywhere else means the file is not a run log and is an
+error, since guessing would hide real damage.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .. import records
+
+_RANK_FILE = re.compile(r"rank_(\d+)\.jsonl$")
+
+
+class RunLogError(ValueError):
+    """The input is not a readable run log; the message says which file and why."""
+
+
+@dataclass
+class RankLog:
+    rank: int
+    path: str
+    records: List[Dict[str, Any]] = field(default_factory=list)
+    torn_tail: bool = False
+
+    def of_kind(self, kind: str) -> List[Dict[str, Any]]:
+        return [r for r in self.records if r.get("kind") == kind]
+
+    @property
+    def run(self) -> Optional[Dict[str, Any]]:
+        runs = self.of_kind(records.RUN)
+        return runs[-1] if runs else None
+
+    @property
+    def end(self) -> Optional[Dict[str, Any]]:
+        last = self.records[-1] if self.records else None
+        return last if last and last.get("kind") == records.END else None
+
+    @property
+    def steps(self) -> List[Dict[str, Any]]:
+        return self.of_kind(records.STEP)
+
+    @property
+    def anomalies(self) -> List[Dict[str, Any]]:
+        return self.of_kind(records.ANOMALY)
+
+
+@dataclass
+class RunLog:
+    directory: str
+    ranks: List[RankLog]
+
+    @property
+    def anomalies(self) -> List[Dict[str, Any]]:
+        return [a for log in self.ranks for a in log.anomalies]
+
+
+def read_rank_log(path: str, rank: Optional[int] = None) -> RankLog:
+    if rank is None:
+        match = _RANK_FILE.search(os.path.basename(path))
+        rank = int(match.group(1)) if match else 0
+    log = RankLog(rank=rank, path=path)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise RunLogError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]   # tail is b"" when the file ends in a newline
+    for number, raw in enumerate(complete, start=1):
+        if not raw.strip():
+            continue
+        try:
+            log.records.append(records.decode(raw.decode("utf-8")))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise RunLogError(f"{path}, line {number}: not a run-log record ({exc})") from exc
+    if tail.strip():                          # no newline yet: written now, or cut by a crash
+        try:
+            log.records.append(records.decode(tail.decode("utf-8")))
+        except (UnicodeDecodeError, ValueError):
+            log.torn_tail = True
+    if log.records and log.records[0].get("kind") != records.RUN:
+        raise RunLogError(f"{path}: the first record is not a 'run' record; not a mindwatch log")
+    return log
+
+
+def read_run(directory: str) -> RunLog:
+    if not os.path.isdir(directory):
+        raise RunLogError(f"{directory}: no such run directory")
+    paths = glob.glob(os.path.join(glob.escape(directory), "rank_*.jsonl"))
+    ranked = sorted((int(m.group(1)), p) for p in paths if (m := _RANK_FILE.search(p)))
+    if not ranked:
+        raise RunLogError(f"{directory}: no rank_<R>.jsonl run logs found; is this a mindwatch "
+                          "log_dir?")
+    return RunLog(directory=directory, ranks=[read_rank_log(p, r) for r, p in ranked])
