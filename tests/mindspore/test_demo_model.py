@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-ms = pytest.importorskip("mindspore")
+import mindspore as ms  # noqa: E402
 from mindspore import Tensor, nn  # noqa: E402
 
 from mindwatch.mindspore.demo import data  # noqa: E402

@@ -5,7 +5,7 @@ import mindspore as ms
 import pytest
 from mindspore import nn
 
-from conftest import make_regressor, regression_dataset
+from ms_helpers import make_regressor, regression_dataset
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.runlog import read_rank_log
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from mindspore import nn
 
-from conftest import make_regressor, regression_arrays, weights_of
+from ms_helpers import make_regressor, regression_arrays, weights_of
 from mindwatch.mindspore import TrainMonitor
 
 

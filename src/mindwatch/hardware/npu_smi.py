@@ -44,8 +44,8 @@ def visible_devices_from_env(env: Optional[Mapping[str, str]] = None) -> Optiona
             visible = [int(p) for p in parts]
     chosen = _env_int(env, "DEVICE_ID")
     if chosen is None:
-        chosen = next((v for v in map(lambda n: _env_int(env, n), _LOCAL_RANK_VARS)
-                       if v is not None), None)
+        chosen = next((_env_int(env, n) for n in _LOCAL_RANK_VARS
+                       if _env_int(env, n) is not None), None)
     if visible is None:
         return None if chosen is None else [chosen]
     if chosen is not None and chosen < len(visible):

@@ -20,6 +20,8 @@ _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 _INT = re.compile(r"[0-9]{1,9}")           # bounded: int() refuses very long digit strings
 # one value inside a cell: a word, or "used / total" with any spacing around the slash
 _VALUE = re.compile(r"[^\s/]*\s*/\s*[^\s/]*|[^\s/]+")
+# "N/A" would read as a used/total pair; "NA " keeps every later character in place
+_NOT_AVAILABLE = re.compile(r"(?i)(?<![^\s/])n/a(?![^\s/])")
 _BUS_ID = re.compile(r"[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:")
 # header word (lower case, prefix) -> NpuChip field; the first match wins
 _HEADER_FIELDS = (
@@ -103,6 +105,7 @@ def _assign(header, cells: List[str]) -> Dict[str, str]:
     """Map one data row's values to fields through the header above it."""
     out: Dict[str, str] = {}
     for columns, cell in zip(header, cells):
+        cell = _NOT_AVAILABLE.sub("NA ", cell)
         values = [(m.start() + len(m.group()) - len(m.group().lstrip()), m.group().strip())
                   for m in _VALUE.finditer(cell)]
         if not columns:

@@ -152,18 +152,23 @@ class WarmupCosineLR(LearningRateSchedule):
 
 
 def build_demo(*, seed: int = 0, steps: int = 300, batch_size: int = 16, seq_len: int = 48,
-               lr: float = 3e-3):
+               lr: float = 3e-3, wrap_loss=None, wrap_schedule=None):
     """Return ``(net_with_loss, optimizer, dataset)`` for the demo training loop.
 
     The dataset has exactly ``steps`` batches and the LR schedule ends at ``steps``,
-    so one pass over the dataset is one full schedule.
+    so one pass over the dataset is one full schedule. ``wrap_loss``/``wrap_schedule``
+    (Cell -> Cell) let fault injection sit around the loss and the schedule.
     """
     ms.set_seed(seed)
     model = TinyGPT(vocab_size=data.vocab_size(), seq_len=seq_len)
     net_with_loss = LMWithLoss(model)
-    schedule = WarmupCosineLR(max_lr=lr, total_steps=steps, warmup_steps=max(1, min(steps // 10, 30)),
-                              min_lr=lr * 0.1)
+    schedule = WarmupCosineLR(max_lr=lr, total_steps=max(steps, 2),
+                              warmup_steps=max(1, min(steps // 10, 30)), min_lr=lr * 0.1)
     params = net_with_loss.trainable_params()
+    if wrap_loss is not None:
+        net_with_loss = wrap_loss(net_with_loss)
+    if wrap_schedule is not None:
+        schedule = wrap_schedule(schedule)
     # Standard GPT practice: decay only matrices; decaying LayerNorm gains and biases hurts.
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]

@@ -1,0 +1,55 @@
+"""``mindwatch demo``: a small Transformer LM trained on the CPU under full monitoring."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional, TextIO
+
+import mindspore as ms
+
+from ...anomaly import Anomaly
+from ..callback import TrainMonitor
+from .inject import FaultInjector, InjectableLoss, InjectableSchedule, Injection, parse_inject
+from .model import build_demo
+
+__all__ = ["DemoResult", "parse_inject", "run_demo"]
+
+
+@dataclass
+class DemoResult:
+    run_dir: str
+    anomalies: List[Anomaly] = field(default_factory=list)
+    steps: int = 0
+
+
+def default_run_dir() -> str:
+    return os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
+
+
+def run_demo(*, out: Optional[str] = None, steps: int = 300, inject: Optional[Injection] = None,
+             seed: int = 0, stream: Optional[TextIO] = None, print_interval: int = 25,
+             **settings) -> DemoResult:
+    run_dir = out or default_run_dir()
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    loss_box, schedule_box = [], []
+
+    def wrap_loss(cell):
+        loss_box.append(InjectableLoss(cell))
+        return loss_box[-1]
+
+    def wrap_schedule(schedule):
+        schedule_box.append(InjectableSchedule(schedule))
+        return schedule_box[-1]
+
+    net_with_loss, optimizer, dataset = build_demo(
+        seed=seed, steps=steps, wrap_loss=wrap_loss if inject else None,
+        wrap_schedule=wrap_schedule if inject else None)
+    monitor = TrainMonitor(run_dir, stream=stream, print_interval=print_interval, **settings)
+    train_step = monitor.wrap(net_with_loss, optimizer)
+    callbacks = [monitor]
+    if inject is not None:
+        callbacks.insert(0, FaultInjector(inject, loss_box[0], schedule_box[0]))
+    ms.train.Model(train_step).train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)
+    return DemoResult(run_dir=run_dir, anomalies=list(monitor.anomalies),
+                      steps=monitor.monitor.last_step)

@@ -1,0 +1,63 @@
+"""A run killed with SIGKILL mid-training leaves a log whose every complete line parses."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from mindwatch import records
+from mindwatch.runlog import read_rank_log
+
+TRAINER = textwrap.dedent("""
+    import sys, time
+    import mindspore as ms
+    from mindspore import nn
+    from mindspore.train import Callback
+    sys.path.insert(0, sys.argv[2])
+    from ms_helpers import make_regressor, regression_dataset
+    from mindwatch.mindspore import TrainMonitor
+
+    class Slow(Callback):
+        def on_train_step_end(self, run_context):
+            time.sleep(0.01)
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    net = make_regressor()
+    monitor = TrainMonitor(sys.argv[1], print_interval=1000)
+    step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params()))
+    ms.train.Model(step).train(1000, regression_dataset(n=64), callbacks=[monitor, Slow()],
+                               dataset_sink_mode=False)
+""")
+
+
+def test_sigkill_leaves_parseable_log(tmp_path):
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    log_path = tmp_path / "run" / "rank_0.jsonl"
+    here = os.path.dirname(os.path.abspath(__file__))
+    process = subprocess.Popen([sys.executable, str(script), str(tmp_path / "run"), here],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if log_path.exists() and log_path.read_bytes().count(b'"kind":"step"') >= 40:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the trainer never wrote 40 step records")
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == -signal.SIGKILL
+    data = log_path.read_bytes()
+    lines = data.split(b"\n")
+    complete = lines[:-1]
+    for line in complete:                       # every complete line is a strict record
+        records.decode(line.decode("utf-8"))
+    log = read_rank_log(str(log_path))
+    steps = [s["step"] for s in log.steps]
+    assert len(steps) >= 40 and steps == list(range(1, len(steps) + 1))
+    assert log.end is None                      # no clean end: the process was killed

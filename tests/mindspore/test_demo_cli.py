@@ -1,0 +1,57 @@
+"""`mindwatch demo` end to end, as a user runs it: a real process, then `mindwatch summary`."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mindwatch.runlog import read_rank_log
+
+MINDWATCH = [sys.executable, "-m", "mindwatch.cli"]
+
+
+def _demo(out, *args):
+    return subprocess.run(MINDWATCH + ["demo", "--out", str(out), *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_demo_trains_and_loss_falls(tmp_path):
+    result = _demo(tmp_path / "run", "--steps", "120")
+    assert result.returncode == 0, result.stderr
+    assert f"run directory: {tmp_path / 'run'}" in result.stdout
+    log = read_rank_log(str(tmp_path / "run" / "rank_0.jsonl"))
+    steps = log.steps
+    assert len(steps) == 120 and log.end["reason"] == "completed"
+    assert steps[-1]["loss_smooth"] < 0.75 * steps[0]["loss"]
+    assert all(s["grad_norm"] is not None and s["grad_norm"] > 0 for s in steps)
+    summary = subprocess.run(MINDWATCH + ["summary", str(tmp_path / "run")], capture_output=True,
+                             text=True, timeout=60)
+    assert summary.returncode == 0 and "HEALTHY" in summary.stdout
+
+
+@pytest.mark.parametrize("fault, kind, stops", [
+    ("explode@20", "gradient_explode", True),
+    ("nan@15", "loss_nonfinite", True),
+    ("vanish@10", "gradient_vanish", False),
+])
+def test_injected_faults_are_caught(tmp_path, fault, kind, stops):
+    result = _demo(tmp_path / "run", "--steps", "40", "--inject", fault)
+    assert result.returncode == 0, result.stderr
+    log = read_rank_log(str(tmp_path / "run" / "rank_0.jsonl"))
+    at = int(fault.split("@")[1])
+    first = log.anomalies[0]
+    assert first["anomaly"] == kind
+    # vanishing must hold for grad_vanish_steps (3) steps before it is an alarm
+    assert first["step"] == (at + 2 if kind == "gradient_vanish" else at)
+    assert (log.end["reason"] == "stopped") is stops
+    if stops:
+        assert os.path.exists(first["checkpoint"]) and first["report"]
+    summary = subprocess.run(MINDWATCH + ["summary", str(tmp_path / "run")], capture_output=True,
+                             text=True, timeout=60)
+    assert summary.returncode == 1
+
+
+def test_bad_inject_is_one_line_exit_2(tmp_path):
+    result = _demo(tmp_path / "run", "--inject", "melt@5")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "KIND@STEP" in result.stderr
