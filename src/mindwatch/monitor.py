@@ -65,7 +65,7 @@ class Monitor:
         self.console = ConsoleSink(
             rank=self.rank, print_interval=self.settings.print_interval, stream=stream,
             verbose=self.rank == 0 or self.settings.print_all_ranks)
-        self.sinks: List[Sink] = [JsonlSink(self.log_path), self.console]
+        self.sinks: List[Sink] = self._open_sinks()
         # hooks an adapter sets
         self.checkpointer: Optional[Checkpointer] = None
         self.resume_snippet: Optional[Callable[[str], str]] = None
@@ -88,17 +88,29 @@ class Monitor:
         self._previous_epoch_mean: Optional[float] = None
 
     # -- life cycle -----------------------------------------------------------------------
+    def _open_sinks(self) -> List[Sink]:
+        return [JsonlSink(self.log_path), self.console]
+
     def start(self, *, total_steps: Optional[int] = None, **run_info: Any) -> None:
-        """Write the ``run`` record now and restart the step timer."""
+        """Write the ``run`` record now and restart the step timer.
+
+        After ``close`` this begins a new run segment appended to the same log (a second
+        ``model.train`` call); detector history and the loss average carry over.
+        """
+        if self._closed:
+            self.sinks = self._open_sinks()
+            self._closed = self._started = False
+            self.stop_requested = None
         if not self._started:
             self._start_perf = self._last_perf = self.clock.perf_counter()
         self._ensure_started(total_steps=total_steps, **run_info)
 
     def _ensure_started(self, *, total_steps: Optional[int] = None, **run_info: Any) -> None:
+        if self._closed:
+            raise RuntimeError("this monitor is closed; call start() to append a new run "
+                               "segment to its log")
         if self._started:
             return
-        if self._closed:
-            raise RuntimeError("this monitor is closed; create a new one (resume=True appends)")
         self._started = True
         self.console.total_steps = total_steps
         self._emit(records.RUN, schema=records.SCHEMA_VERSION, world_size=self.world_size,

@@ -104,3 +104,19 @@ def test_observe_rejects_bad_input(tmp_path, clock, kwargs, match):
     monitor = _monitor(tmp_path, clock)
     with pytest.raises((TypeError, ValueError), match=match):
         monitor.observe(**kwargs)
+
+
+def test_start_after_close_appends_a_segment(tmp_path, clock):
+    monitor = _monitor(tmp_path, clock)
+    monitor.observe(step=1, loss=float("nan"))
+    monitor.close()
+    with pytest.raises(RuntimeError, match="call start"):
+        monitor.observe(step=2, loss=1.0)
+    monitor.start()
+    assert monitor.stop_requested is None
+    monitor.observe(step=2, loss=1.0)
+    monitor.close()
+    log = read_rank_log(str(tmp_path / "rank_0.jsonl"))
+    assert [r["kind"] for r in log.records] == ["run", "step", "anomaly", "end", "run", "step",
+                                                "end"]
+    assert [r["reason"] for r in log.of_kind("end")] == ["stopped", "completed"]

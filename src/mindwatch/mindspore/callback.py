@@ -135,8 +135,16 @@ class TrainMonitor(Callback):
         return self.train_step is not None and (network is None or network is self.train_step)
 
     def _batch_size(self, cb) -> Optional[int]:
+        """Samples in this step: the setting, else the leading dimension of the first input
+        actually fed (right even for datasets whose rows are whole batches), else what the
+        dataset says (sink mode feeds no element to the callback)."""
         if self.settings.batch_size:
             return self.settings.batch_size
+        element = getattr(cb, "train_dataset_element", None)
+        if element:
+            shape = getattr(element[0], "shape", None)
+            if shape:
+                return int(shape[0])
         dataset = getattr(cb, "train_dataset", None)
         try:
             return int(dataset.get_batch_size()) if dataset is not None else None

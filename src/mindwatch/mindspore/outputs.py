@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .wrap import OUTPUT_FIELDS
+from .wrap import STAT_FINITE, STAT_GRAD_NORM, STAT_LOSS, STAT_LR, STAT_SKIPPED
 
 
 @dataclass
@@ -46,13 +46,12 @@ def _flag(value: Any) -> Optional[bool]:
 
 def read_outputs(outputs: Any, *, wrapped: bool) -> StepOutputs:
     if wrapped:
-        named = dict(zip(OUTPUT_FIELDS, outputs))
-        lr = _array(named["lr"])
+        stats = outputs[1].asnumpy()
         return StepOutputs(
-            loss=_scalar(named["loss"]), grad_norm=_scalar(named["grad_norm"]),
-            lr_groups=None if lr is None else [float(v) for v in lr.reshape(-1)],
-            skipped=bool(_flag(named["skipped"])), grads_finite=_flag(named["grads_finite"]),
-            param_sq_norms=_array(named["param_sq_norms"]), source="wrap")
+            loss=float(stats[STAT_LOSS]), grad_norm=float(stats[STAT_GRAD_NORM]),
+            lr_groups=[float(v) for v in stats[STAT_LR:]], skipped=bool(stats[STAT_SKIPPED]),
+            grads_finite=bool(stats[STAT_FINITE]),
+            param_sq_norms=outputs[2].asnumpy() if len(outputs) > 2 else None, source="wrap")
     if isinstance(outputs, (tuple, list)):
         if len(outputs) in (5, 7):
             # MindSpore Transformers' train cells: (loss, overflow, scaling_sens,

@@ -17,19 +17,26 @@ from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get
 
 from .lr import group_indices
 
-# Output layout of MonitoredTrainStep, read by the callback (outputs.py).
-OUTPUT_FIELDS = ("loss", "grad_norm", "lr", "skipped", "grads_finite", "param_sq_norms")
+# Layout of the ``stats`` output (float32 vector), read by the callback (outputs.py). Packing
+# the numbers into one tensor costs one device-to-host copy per step instead of five.
+STAT_LOSS, STAT_GRAD_NORM, STAT_SKIPPED, STAT_FINITE, STAT_LR = 0, 1, 2, 3, 4  # LRs from 4 on
+
+# Below this many gradient elements the norm is taken over one concatenated vector: small
+# models are bound by kernel launches, and one launch instead of one per parameter cuts the
+# norm's cost ~5x on the CPU (benchmarks/overhead.py). Above it, the concatenated copy would
+# cost real memory (a 7B model's gradients are 28 GB in float32), so it goes per parameter.
+FUSED_NORM_MAX_ELEMENTS = 1 << 24
 
 _square_sum = ops.MultitypeFuncGraph("mindwatch_square_sum")
 _scale = ops.MultitypeFuncGraph("mindwatch_scale")
-_is_finite = ops.MultitypeFuncGraph("mindwatch_is_finite")
 
 
 @_square_sum.register("Tensor")
 def _square_sum_tensor(grad):
     # float32 accumulation: a float16 sum of squares overflows at a norm of only ~256.
-    grad = grad.astype(ms.float32)
-    return ops.reduce_sum(grad * grad)
+    if grad.dtype != ms.float32:
+        grad = grad.astype(ms.float32)
+    return ops.reduce_sum(ops.square(grad))
 
 
 @_scale.register("Tensor", "Tensor")
@@ -37,24 +44,24 @@ def _scale_tensor(factor, grad):
     return grad * factor.astype(grad.dtype)
 
 
-@_is_finite.register("Tensor")
-def _is_finite_tensor(grad):
-    return ops.isfinite(grad).all()
-
-
 class MonitoredTrainStep(nn.Cell):
     """``network`` returns the loss; each call runs forward, backward, (reduce), measure,
     (clip), and the optimizer update unless the step is anomalous and skipping is on.
 
-    Outputs, in order (see OUTPUT_FIELDS): loss, pre-clip global L2 norm (float32 scalar),
-    LR used at this step (scalar, or 1-D with one entry per group), update skipped (bool),
-    all gradients finite (bool), per-parameter squared norms (1-D float32, in the order of
-    ``optimizer.parameters``; for per-layer norms).
+    Outputs: ``(loss, stats)``, plus ``param_sq_norms`` (squared L2 norm of each gradient,
+    in the order of ``optimizer.parameters``) with ``per_layer_norms=True``. ``stats`` is a
+    float32 vector: the loss, the pre-clip global L2 norm, update skipped (0/1), gradients
+    finite (0/1), then the LR used at this step, one entry per parameter group.
+
+    "Gradients finite" is read off the sum of squares: a NaN or Inf anywhere makes it
+    non-finite. That saves a pass over every gradient; the price is that finite gradients
+    whose squares overflow float32 (norm above ~1.8e19) also count as non-finite, which
+    withholds the update all the same.
     """
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
                  clip_grad_norm: Optional[float] = None, skip_anomalous_updates: bool = True,
-                 sens: float = 1.0):
+                 sens: float = 1.0, per_layer_norms: bool = False):
         super().__init__(auto_prefix=False)
         self.network = network
         self.network.set_grad()
@@ -67,6 +74,9 @@ class MonitoredTrainStep(nn.Cell):
         self.clip = clip_grad_norm is not None
         self.clip_norm = ms.Tensor(clip_grad_norm if self.clip else 1.0, ms.float32)
         self.skip_anomalous = skip_anomalous_updates
+        self.per_layer_norms = per_layer_norms
+        self.fused_norm = (not per_layer_norms and
+                           sum(p.size for p in self.weights) <= FUSED_NORM_MAX_ELEMENTS)
         self.group_lr = bool(getattr(optimizer, "is_group_lr", False))
         self.lr_group_indices = tuple(group_indices(optimizer))
         self.grad_reducer = nn.Identity()
@@ -87,10 +97,13 @@ class MonitoredTrainStep(nn.Cell):
         sens = ops.ones_like(loss) * self.sens
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         grads = self.grad_reducer(grads)
-        square_sums = self.hyper_map(_square_sum, grads)
-        param_sq_norms = ops.stack(square_sums)
-        grad_norm = ops.sqrt(param_sq_norms.sum())
-        grads_finite = ops.stack(self.hyper_map(_is_finite, grads)).all()
+        if self.fused_norm:
+            flat = ops.cat([ops.reshape(g, (-1,)).astype(ms.float32) for g in grads])
+            grad_norm = ops.sqrt(ops.reduce_sum(ops.square(flat)))
+        else:
+            param_sq_norms = ops.stack(self.hyper_map(_square_sum, grads))
+            grad_norm = ops.sqrt(param_sq_norms.sum())
+        grads_finite = ops.isfinite(grad_norm)
         # Read before the optimizer runs: afterwards its global_step points at the next step.
         lr = self._current_lr()
         if self.clip:
@@ -102,4 +115,10 @@ class MonitoredTrainStep(nn.Cell):
             apply = ops.ones_like(grads_finite)
         if apply:
             loss = ops.depend(loss, self.optimizer(grads))
-        return loss, grad_norm, lr, ops.logical_not(apply), grads_finite, param_sq_norms
+        stats = ops.concat((ops.stack((ops.reshape(loss, ()).astype(ms.float32), grad_norm,
+                                       ops.logical_not(apply).astype(ms.float32),
+                                       grads_finite.astype(ms.float32))),
+                            ops.reshape(lr.astype(ms.float32), (-1,))))
+        if self.per_layer_norms:
+            return loss, stats, param_sq_norms
+        return loss, stats

@@ -152,15 +152,16 @@ class WarmupCosineLR(LearningRateSchedule):
 
 
 def build_demo(*, seed: int = 0, steps: int = 300, batch_size: int = 16, seq_len: int = 48,
-               lr: float = 3e-3, wrap_loss=None, wrap_schedule=None):
+               lr: float = 3e-3, wrap_loss=None, wrap_schedule=None, **model_options):
     """Return ``(net_with_loss, optimizer, dataset)`` for the demo training loop.
 
     The dataset has exactly ``steps`` batches and the LR schedule ends at ``steps``,
     so one pass over the dataset is one full schedule. ``wrap_loss``/``wrap_schedule``
-    (Cell -> Cell) let fault injection sit around the loss and the schedule.
+    (Cell -> Cell) let fault injection sit around the loss and the schedule; other keyword
+    arguments go to ``TinyGPT`` (benchmarks scale the model with them).
     """
     ms.set_seed(seed)
-    model = TinyGPT(vocab_size=data.vocab_size(), seq_len=seq_len)
+    model = TinyGPT(vocab_size=data.vocab_size(), seq_len=seq_len, **model_options)
     net_with_loss = LMWithLoss(model)
     schedule = WarmupCosineLR(max_lr=lr, total_steps=max(steps, 2),
                               warmup_steps=max(1, min(steps // 10, 30)), min_lr=lr * 0.1)

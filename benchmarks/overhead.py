@@ -1,0 +1,127 @@
+"""Step-time overhead of mindwatch on the demo Transformer, measured side by side.
+
+Every configuration trains the same demo model (same seed, same batches) in GRAPH_MODE on
+the CPU. Each is compiled once, then the configurations take turns, chunk by chunk, in a
+rotating order, so drift of the machine (thermal, other load) hits them all alike. The
+figure is the median over chunks of (chunk wall time / steps in chunk), and the ratio is
+against the bare train step with no callbacks.
+
+    python benchmarks/overhead.py [--chunks 12] [--steps-per-chunk 40] [--d-model 64 --layers 2]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import mindspore as ms
+from mindspore import nn
+from mindspore.train import Callback, LossMonitor, TimeMonitor
+
+from mindwatch.mindspore import TrainMonitor
+from mindwatch.mindspore.demo.model import build_demo
+
+
+class StepClock(Callback):
+    """First in the callback list: the time from one step's end to the next one's covers the
+    next step and every other callback of this one, and none of Model.train's set-up."""
+
+    def __init__(self):
+        self.last = None
+        self.intervals = []
+
+    def on_train_epoch_begin(self, run_context):
+        self.last = None
+
+    def on_train_step_end(self, run_context):
+        now = time.perf_counter()
+        if self.last is not None:
+            self.intervals.append(now - self.last)
+        self.last = now
+
+
+MODEL = {}      # TinyGPT size options, from the command line
+
+
+def bare(steps, workdir, devnull):
+    net, optimizer, dataset = build_demo(seed=0, steps=steps, **MODEL)
+    return ms.train.Model(nn.TrainOneStepCell(net, optimizer)), dataset, []
+
+
+def mindspore_monitors(steps, workdir, devnull):
+    model, dataset, _ = bare(steps, workdir, devnull)
+    return model, dataset, [LossMonitor(per_print_times=10), TimeMonitor()]
+
+
+def mindwatch(wrap=True, hardware_interval_s=None, **wrap_options):
+    def make(steps, workdir, devnull):
+        net, optimizer, dataset = build_demo(seed=0, steps=steps, **MODEL)
+        run_dir = tempfile.mkdtemp(dir=workdir)
+        monitor = TrainMonitor(run_dir, stream=devnull, hardware_interval_s=hardware_interval_s)
+        step = (monitor.wrap(net, optimizer, **wrap_options) if wrap
+                else nn.TrainOneStepCell(net, optimizer))
+        return ms.train.Model(step), dataset, [monitor]
+    return make
+
+
+CONFIGS = [
+    ("bare TrainOneStepCell", bare),
+    ("LossMonitor+TimeMonitor", mindspore_monitors),
+    ("TrainMonitor, no wrap", mindwatch(wrap=False)),
+    ("TrainMonitor+wrap", mindwatch()),
+    ("TrainMonitor+wrap, no skipping", mindwatch(skip_anomalous_updates=False)),
+]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=12)
+    parser.add_argument("--steps-per-chunk", type=int, default=40)
+    parser.add_argument("--d-model", type=int, default=64, help="demo default: 64")
+    parser.add_argument("--layers", type=int, default=2, help="demo default: 2")
+    args = parser.parse_args(argv)
+    MODEL.update(d_model=args.d_model, n_layers=args.layers, n_heads=4, d_ff=2 * args.d_model)
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    workdir = tempfile.mkdtemp(prefix="mindwatch-bench-")
+    devnull = open(os.devnull, "w")
+    configs = []
+    real_stdout = sys.stdout
+    for name, make in CONFIGS:
+        model, dataset, callbacks = make(args.steps_per_chunk, workdir, devnull)
+        sys.stdout = devnull                      # LossMonitor prints; printing is not measured
+        try:
+            model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)   # compile
+        finally:
+            sys.stdout = real_stdout
+        clock = StepClock()
+        configs.append((name, model, dataset, [clock] + callbacks, clock))
+    per_chunk = {name: [] for name, *_ in configs}      # median interval of each chunk
+    for chunk in range(args.chunks):
+        shift = chunk % len(configs)
+        for name, model, dataset, callbacks, clock in configs[shift:] + configs[:shift]:
+            sys.stdout = devnull
+            try:
+                clock.intervals.clear()
+                model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)
+                per_chunk[name].append(statistics.median(clock.intervals))
+            finally:
+                sys.stdout = real_stdout
+    base_name = configs[0][0]
+    print(f"demo TinyGPT d_model={args.d_model} layers={args.layers}, GRAPH_MODE CPU, "
+          f"{args.chunks} interleaved chunks x "
+          f"{args.steps_per_chunk} steps")
+    print("ms/step: median over chunks of each chunk's median step-to-step time; ratio: median")
+    print("over chunks of (this chunk / the bare chunk of the same round), so drift cancels")
+    print(f"{'configuration':<34}{'ms/step':>10}{'ratio':>8}")
+    for name, *_ in configs:
+        ratios = [mine / bare for mine, bare in zip(per_chunk[name], per_chunk[base_name])]
+        print(f"{name:<34}{statistics.median(per_chunk[name]) * 1000:>10.2f}"
+              f"{statistics.median(ratios):>8.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
