@@ -22,7 +22,7 @@ def _atomic_write(path: str, text: str) -> None:
 
 def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: List[Mapping[str, Any]],
                  hardware: Optional[Mapping[str, Any]], notes: List[str],
-                 resume_snippet: Optional[str]) -> str:
+                 resume_snippet: Optional[str], top_layers: Optional[List[list]] = None) -> str:
     """Write both files; returns the JSON path. ``history`` is the last step records."""
     stem = anomaly_report_stem(log_dir, anomaly.step or 0, rank)
     os.makedirs(os.path.dirname(stem), exist_ok=True)
@@ -33,7 +33,7 @@ def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: List[Map
         "anomaly": anomaly.kind, "step": anomaly.step, "rank": rank, "value": anomaly.value,
         "threshold": anomaly.threshold, "message": anomaly.message, "actions": anomaly.actions,
         "checkpoint": anomaly.checkpoint, "notes": notes, "resume": resume_snippet,
-        "hardware": hardware, "history": steps,
+        "hardware": hardware, "top_layers": top_layers, "history": steps,
     }
     json_path = stem + ".json"
     _atomic_write(json_path, records.encode(body) + "\n")
@@ -51,6 +51,10 @@ def _markdown(body: Mapping[str, Any]) -> str:
         f"- checkpoint: {body['checkpoint'] or 'none written'}",
     ]
     lines += [f"- {note}" for note in body["notes"]]
+    if body["top_layers"]:
+        lines += ["", "## Layers with the largest gradient norm at this step", "",
+                  "| layer | gradient L2 norm |", "|---|---:|"]
+        lines += [f"| {name} | {fmt.number(norm)} |" for name, norm in body["top_layers"]]
     if body["resume"]:
         lines += ["", "## Resume from the checkpoint", "", "```python", body["resume"], "```"]
     hardware = body["hardware"]

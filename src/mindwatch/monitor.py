@@ -12,10 +12,11 @@ from collections import deque
 from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 
 from . import records
-from .anomaly import Anomaly
+from .anomaly import (GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH,
+                      Anomaly)
 from .anomaly_report import HISTORY_STEPS, write_report
 from .clock import Clock, SystemClock
-from .detectors import Detector, GradBoundsDetector, NonFiniteDetector
+from .detectors import Detector, build_detectors
 from .observation import HardwareSample, StepObservation
 from .policy import Policy
 from .rank import RankInfo, rank_from_env
@@ -27,6 +28,7 @@ from .sinks.jsonl import JsonlSink
 from .version import __version__
 
 Checkpointer = Callable[[int], Optional[str]]
+GRADIENT_KINDS = (GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, GRAD_SPIKE)
 
 
 def _as_float(name: str, value: Any) -> Optional[float]:
@@ -56,12 +58,7 @@ class Monitor:
         self.versions = {"mindwatch": __version__, "mindspore": None,
                          "python": platform.python_version(), **(versions or {})}
         self.policy = Policy(self.settings.policies)
-        self.detectors: List[Detector] = [
-            NonFiniteDetector(),
-            GradBoundsDetector(explode=self.settings.grad_explode,
-                               vanish=self.settings.grad_vanish,
-                               vanish_steps=self.settings.grad_vanish_steps),
-        ]
+        self.detectors: List[Detector] = build_detectors(self.settings)
         self.console = ConsoleSink(
             rank=self.rank, print_interval=self.settings.print_interval, stream=stream,
             verbose=self.rank == 0 or self.settings.print_all_ranks)
@@ -86,6 +83,7 @@ class Monitor:
         self._epoch_losses: List[float] = []
         self._epoch_steps = 0
         self._previous_epoch_mean: Optional[float] = None
+        self._last_layer_norms: Optional[tuple] = None
 
     # -- life cycle -----------------------------------------------------------------------
     def _open_sinks(self) -> List[Sink]:
@@ -221,7 +219,10 @@ class Monitor:
         if obs.lr_groups is not None:
             record["lr_groups"] = obs.lr_groups
         if obs.layer_grad_norms is not None:
-            record["layer_grad_norms"] = obs.layer_grad_norms
+            self._last_layer_norms = (obs.step, obs.layer_grad_norms)
+            interval = self.settings.layer_norms_interval
+            if obs.step // interval > (obs.step - obs.steps) // interval:
+                record["layer_grad_norms"] = obs.layer_grad_norms
         record.update(obs.extra)
         self._emit(records.STEP, _time=obs.time, **record)
         self._history.append(record)
@@ -244,6 +245,7 @@ class Monitor:
                     log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
                     history=list(self._history), hardware=self.last_hardware,
                     notes=self._report_notes(anomaly),
+                    top_layers=self._top_layers(anomaly),
                     resume_snippet=self.resume_snippet(checkpoint)
                     if checkpoint and self.resume_snippet else None)
             if anomaly.stops and self.stop_requested is None:
@@ -253,6 +255,36 @@ class Monitor:
                        value=anomaly.value, threshold=anomaly.threshold, message=anomaly.message,
                        actions=anomaly.actions, checkpoint=anomaly.checkpoint,
                        report=anomaly.report)
+
+    def _top_layers(self, anomaly: Anomaly, count: int = 5) -> Optional[List[list]]:
+        """For gradient anomalies: the layers with the largest (or non-finite) gradient norm
+        at that step, when per-layer norms are measured."""
+        if anomaly.kind not in GRADIENT_KINDS or self._last_layer_norms is None:
+            return None
+        step, norms = self._last_layer_norms
+        if step != anomaly.step:
+            return None
+        # NaN/Inf first, then by size; a vanishing gradient is reported by its largest layers.
+        ranked = sorted(norms.items(), key=lambda item: (math.isfinite(item[1]), -abs(item[1])
+                                                          if math.isfinite(item[1]) else 0))
+        return [[name, value] for name, value in ranked[:count]]
+
+    def state_dict(self) -> Dict[str, Any]:
+        """What a resumed run needs to keep its history: detector windows, loss average."""
+        return {"loss_smooth": self._loss_smooth, "last_step": self.last_step,
+                "previous_epoch_mean": self._previous_epoch_mean,
+                "detectors": [d.state_dict() for d in self.detectors]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        detectors = state.get("detectors", [])
+        if len(detectors) != len(self.detectors):
+            raise ValueError(f"state holds {len(detectors)} detectors, this monitor has "
+                             f"{len(self.detectors)}; it was saved by a different version")
+        for detector, detector_state in zip(self.detectors, detectors):
+            detector.load_state_dict(detector_state)
+        self._loss_smooth = state.get("loss_smooth")
+        self._previous_epoch_mean = state.get("previous_epoch_mean")
+        self.last_step = state.get("last_step", self.last_step)
 
     def _report_notes(self, anomaly: Anomaly) -> List[str]:
         notes = list(self.report_notes)

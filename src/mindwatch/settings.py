@@ -65,6 +65,20 @@ class MonitorSettings:
     grad_explode: float = 100.0
     grad_vanish: float = 1e-6
     grad_vanish_steps: int = 3               # consecutive steps below grad_vanish before it counts
+    # adaptive spike rules: robust z-score of log(value) against the last spike_window steps
+    spike_window: int = 64
+    spike_warmup: int = 32                   # steps of history before a spike rule may fire
+    loss_spike_z: float = 6.0
+    loss_spike_ratio: float = 1.5            # and at least this multiple of the window median
+    grad_spike_z: float = 6.0
+    grad_spike_ratio: float = 3.0
+    # divergence: mean loss of the recent half-window this much above the older half
+    loss_rising_window: int = 40
+    loss_rising_min: float = 0.1
+    # learning rate: an upward jump by more than this factor in one step
+    lr_jump_factor: float = 10.0
+    # per-layer gradient norms (wrap(per_layer_norms=True)) go into the log every N steps
+    layer_norms_interval: int = 50
     # what to do
     on_anomaly: Union[None, str, Mapping[str, str]] = None
     # hardware
@@ -89,6 +103,18 @@ class MonitorSettings:
             raise ValueError(f"grad_vanish ({self.grad_vanish}) must be below grad_explode "
                              f"({self.grad_explode})")
         check_int("grad_vanish_steps", self.grad_vanish_steps, minimum=1)
+        check_int("spike_window", self.spike_window, minimum=4)
+        check_int("spike_warmup", self.spike_warmup, minimum=2)
+        if self.spike_warmup > self.spike_window:
+            raise ValueError(f"spike_warmup ({self.spike_warmup}) must not exceed spike_window "
+                             f"({self.spike_window})")
+        for name in ("loss_spike_z", "grad_spike_z"):
+            check_number(name, getattr(self, name), low=0.0, low_open=True)
+        for name in ("loss_spike_ratio", "grad_spike_ratio", "lr_jump_factor"):
+            check_number(name, getattr(self, name), low=1.0, low_open=True)
+        check_int("loss_rising_window", self.loss_rising_window, minimum=4)
+        check_number("loss_rising_min", self.loss_rising_min, low=0.0, low_open=True)
+        check_int("layer_norms_interval", self.layer_norms_interval, minimum=1)
         self.policies = resolve_policies(self.on_anomaly)
         check_number("max_temperature_c", self.max_temperature_c, low=0.0, low_open=True)
         check_number("hardware_interval_s", self.hardware_interval_s, low=0.0, low_open=True,

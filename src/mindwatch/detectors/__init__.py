@@ -1,6 +1,26 @@
 """Detectors: one small class per rule family (see base.Detector)."""
 from .base import Detector
 from .grad_bounds import GradBoundsDetector
+from .loss_rising import LossRisingDetector
+from .lr_anomaly import LrAnomalyDetector
 from .nonfinite import NonFiniteDetector
+from .spike import SpikeDetector, grad_spike, loss_spike
 
-__all__ = ["Detector", "GradBoundsDetector", "NonFiniteDetector"]
+__all__ = ["build_detectors", "Detector", "GradBoundsDetector", "LossRisingDetector", "LrAnomalyDetector",
+           "NonFiniteDetector", "SpikeDetector", "grad_spike", "loss_spike"]
+
+
+def build_detectors(settings) -> list:
+    """The default rule set, configured from ``MonitorSettings``."""
+    spike = dict(window=settings.spike_window, warmup=settings.spike_warmup)
+    return [
+        NonFiniteDetector(),
+        GradBoundsDetector(explode=settings.grad_explode, vanish=settings.grad_vanish,
+                           vanish_steps=settings.grad_vanish_steps),
+        loss_spike(z_threshold=settings.loss_spike_z, min_ratio=settings.loss_spike_ratio,
+                   **spike),
+        grad_spike(z_threshold=settings.grad_spike_z, min_ratio=settings.grad_spike_ratio,
+                   **spike),
+        LossRisingDetector(window=settings.loss_rising_window, min_rise=settings.loss_rising_min),
+        LrAnomalyDetector(jump_factor=settings.lr_jump_factor),
+    ]

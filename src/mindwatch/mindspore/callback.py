@@ -12,6 +12,7 @@ from ..monitor import Monitor
 from ..settings import check_bool, check_number
 from .checkpoint import resume_snippet, save_atomically
 from .distributed import current_rank
+from .layers import LayerGrouping
 from .lr import applied_lrs
 from .outputs import read_outputs
 from .wrap import MonitoredTrainStep
@@ -36,6 +37,7 @@ class TrainMonitor(Callback):
         self._last_step_num = 0
         self._mark: Optional[float] = None
         self._said_grads_off = False
+        self._layers: Optional[LayerGrouping] = None
 
     # -- public API -------------------------------------------------------------------
     @property
@@ -44,8 +46,13 @@ class TrainMonitor(Callback):
 
     def wrap(self, net_with_loss: nn.Cell, optimizer: nn.Optimizer, *,
              clip_grad_norm: Optional[float] = None, skip_anomalous_updates: bool = True,
-             sens: float = 1.0) -> MonitoredTrainStep:
-        """A train-step Cell that also returns the pre-clip global gradient norm."""
+             sens: float = 1.0, per_layer_norms: bool = False) -> MonitoredTrainStep:
+        """A train-step Cell that also returns the pre-clip global gradient norm.
+
+        ``per_layer_norms=True`` also measures each layer's gradient norm in the graph (a
+        layer is a parameter name without its last part: ``blocks.0.attn.qkv``), logged every
+        ``layer_norms_interval`` steps and named in every gradient anomaly report.
+        """
         if not isinstance(net_with_loss, nn.Cell):
             raise TypeError("net_with_loss must be a mindspore.nn.Cell returning the loss; got "
                             f"{type(net_with_loss).__name__}")
@@ -55,10 +62,15 @@ class TrainMonitor(Callback):
         check_number("clip_grad_norm", clip_grad_norm, low=0.0, low_open=True, optional=True)
         check_bool("skip_anomalous_updates", skip_anomalous_updates)
         check_number("sens", sens, low=0.0, low_open=True)
+        check_bool("per_layer_norms", per_layer_norms)
         self.train_step = MonitoredTrainStep(
             net_with_loss, optimizer, grad_explode=self.settings.grad_explode,
             clip_grad_norm=clip_grad_norm, skip_anomalous_updates=skip_anomalous_updates,
-            sens=sens)
+            sens=sens, per_layer_norms=per_layer_norms)
+        self._layers = LayerGrouping([p.name for p in optimizer.parameters])
+        if not skip_anomalous_updates:
+            self.monitor.report_notes.append(
+                "wrap(skip_anomalous_updates=False): anomalous updates were applied")
         return self.train_step
 
     def observe(self, **fields: Any) -> List[Anomaly]:
@@ -111,6 +123,8 @@ class TrainMonitor(Callback):
             lr=lrs[0] if lrs else None, lr_groups=lrs if lrs and len(lrs) > 1 else None,
             grad_norm=out.grad_norm, grads_finite=out.grads_finite, skipped=out.skipped,
             steps=covered, step_time_s=step_time, batch_size=self._batch_size(cb),
+            layer_grad_norms=None if out.param_sq_norms is None or self._layers is None
+            else self._layers.norms(out.param_sq_norms),
             extra=out.extra)
         if self.monitor.stop_requested is not None:
             run_context.request_stop()

@@ -46,7 +46,7 @@ def run_demo(*, out: Optional[str] = None, steps: int = 300, inject: Optional[In
         seed=seed, steps=steps, wrap_loss=wrap_loss if inject else None,
         wrap_schedule=wrap_schedule if inject else None)
     monitor = TrainMonitor(run_dir, stream=stream, print_interval=print_interval, **settings)
-    train_step = monitor.wrap(net_with_loss, optimizer)
+    train_step = monitor.wrap(net_with_loss, optimizer, per_layer_norms=True)
     callbacks = [monitor]
     if inject is not None:
         callbacks.insert(0, FaultInjector(inject, loss_box[0], schedule_box[0]))

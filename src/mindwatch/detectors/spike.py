@@ -1,0 +1,82 @@
+"""Adaptive spike rules: a value far above the run's own recent history.
+
+The statistic is a robust z-score of the log value against a rolling window:
+``z = (log x - median) / (1.4826 * MAD)``. Logs, because losses and gradient norms are
+positive and vary multiplicatively (a norm going 1 -> 10 is the same event as 10 -> 100);
+median and MAD, because a mean and standard deviation are dragged by the very spikes they
+should reveal. Two guards keep healthy noisy runs quiet: a warm-up before the rule may fire,
+and a minimum ratio over the median (a z-score over a nearly constant window would flag tiny
+wiggles). One alarm per episode: after firing, the rule re-arms once a value is back below
+the bound. Values of withheld (skipped) steps stay out of the window.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from statistics import median
+from typing import Any, Deque, Dict, List, Optional
+
+from ..anomaly import GRAD_SPIKE, LOSS_SPIKE, Anomaly
+from ..observation import StepObservation
+from .base import Detector, is_finite
+
+_MAD_TO_SIGMA = 1.4826
+
+
+def robust_z(value: float, window) -> Optional[float]:
+    """Robust z-score of ``value`` against ``window`` (all logs); None if the window is flat."""
+    center = median(window)
+    mad = median(abs(v - center) for v in window)
+    if mad == 0:
+        return None
+    return (value - center) / (_MAD_TO_SIGMA * mad)
+
+
+class SpikeDetector(Detector):
+    def __init__(self, *, field: str, kind: str, window: int = 64, warmup: int = 32,
+                 z_threshold: float = 6.0, min_ratio: float = 1.5):
+        self.field, self.kind = field, kind
+        self.window, self.warmup = window, warmup
+        self.z_threshold, self.min_ratio = z_threshold, min_ratio
+        self._logs: Deque[float] = deque(maxlen=window)
+        self._in_episode = False
+
+    def update(self, obs: StepObservation) -> List[Anomaly]:
+        value = getattr(obs, self.field)
+        if not is_finite(value) or value <= 0:
+            return []
+        log_value = math.log(value)
+        found: List[Anomaly] = []
+        spiking = False
+        if len(self._logs) >= self.warmup:
+            center = median(self._logs)
+            z = robust_z(log_value, self._logs)
+            ratio = math.exp(log_value - center)
+            # A flat window (MAD 0) cannot give a z-score; then the ratio alone decides.
+            spiking = ratio >= self.min_ratio and (z is None or z >= self.z_threshold)
+            if spiking and not self._in_episode:
+                label = "loss" if self.field == "loss" else "gradient norm"
+                found.append(Anomaly(
+                    self.kind, obs.step, value, math.exp(center) * self.min_ratio,
+                    f"{label} {value:.4g} at step {obs.step} is {ratio:.3g}x the median of the "
+                    f"last {len(self._logs)} steps ({math.exp(center):.4g}; robust z "
+                    f"{'inf' if z is None else f'{z:.1f}'} >= {self.z_threshold:g})"))
+        self._in_episode = spiking
+        if not obs.skipped:
+            self._logs.append(log_value)
+        return found
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"logs": list(self._logs), "in_episode": self._in_episode}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self._logs = deque(state.get("logs", []), maxlen=self.window)
+        self._in_episode = bool(state.get("in_episode", False))
+
+
+def loss_spike(**options) -> SpikeDetector:
+    return SpikeDetector(field="loss", kind=LOSS_SPIKE, **options)
+
+
+def grad_spike(**options) -> SpikeDetector:
+    return SpikeDetector(field="grad_norm", kind=GRAD_SPIKE, **options)
