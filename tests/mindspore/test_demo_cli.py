@@ -24,6 +24,8 @@ def test_demo_trains_and_loss_falls(tmp_path):
     assert len(steps) == 120 and log.end["reason"] == "completed"
     assert steps[-1]["loss_smooth"] < 0.75 * steps[0]["loss"]
     assert all(s["grad_norm"] is not None and s["grad_norm"] > 0 for s in steps)
+    # The demo's dataset rows are whole batches of 16 sequences: throughput counts sequences.
+    assert all(s["samples_per_s"] == pytest.approx(16 / s["step_time_s"]) for s in steps)
     summary = subprocess.run(MINDWATCH + ["summary", str(tmp_path / "run")], capture_output=True,
                              text=True, timeout=60)
     assert summary.returncode == 0 and "HEALTHY" in summary.stdout
@@ -55,3 +57,13 @@ def test_bad_inject_is_one_line_exit_2(tmp_path):
     result = _demo(tmp_path / "run", "--inject", "melt@5")
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "KIND@STEP" in result.stderr
+
+
+def test_injected_divergence_is_caught_by_the_rising_loss_rule(tmp_path):
+    result = _demo(tmp_path / "run", "--steps", "100", "--inject", "diverge@50")
+    assert result.returncode == 0, result.stderr
+    log = read_rank_log(str(tmp_path / "run" / "rank_0.jsonl"))
+    assert not [a for a in log.anomalies if a["step"] < 50]     # quiet before the fault
+    rising = [a for a in log.anomalies if a["anomaly"] == "loss_rising"]
+    assert rising and 50 < rising[0]["step"] <= 80
+    assert rising[0]["actions"] == ["warn"]

@@ -1,0 +1,141 @@
+"""Rules on hardware samples: overheating devices and memory running out.
+
+Both fire once per episode: when a condition has held for ``consecutive`` samples in a row,
+and again only after it has cleared. A missing reading (``None``, NaN) neither extends nor
+ends a streak: "unknown" is no evidence that a device cooled down or freed memory.
+Detectors do not know the training step, so ``Anomaly.step`` is ``None``; the monitor fills
+it in. Streaks are keyed ``"<type>:<index>"`` so the state is plain JSON.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional
+
+from ..anomaly import MEMORY_PRESSURE, OVERHEAT, Anomaly
+from ..observation import DeviceSample, HardwareSample
+from .base import Detector, is_finite
+
+HOST = "host"
+
+
+def _check_consecutive(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"consecutive must be an int >= 1; got {value!r}")
+    return value
+
+
+def _check_fraction(name: str, value: Any) -> Optional[float]:
+    if value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or not 0 < value <= 1):
+        raise ValueError(f"{name} must be a fraction in (0, 1] or None (check off); got {value!r}")
+    return float(value)
+
+
+def _key(device: DeviceSample) -> str:
+    return f"{device.type}:{device.index}"
+
+
+def _name(device: DeviceSample) -> str:
+    return f"{device.type.upper()} {device.index}"
+
+
+class _Streaks:
+    """Per-key run lengths of a condition; ``step`` says whether this sample starts an alarm."""
+
+    def __init__(self, consecutive: int):
+        self.consecutive = consecutive
+        self.counts: Dict[str, int] = {}
+
+    def step(self, key: str, condition: Optional[bool]) -> bool:
+        if condition is None:
+            return False
+        if not condition:
+            self.counts.pop(key, None)
+            return False
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return self.counts[key] == self.consecutive  # exactly then: one alarm per episode
+
+
+class OverheatDetector(Detector):
+    """``overheat`` when a device's ``temp_c`` >= ``max_temperature_c`` for ``consecutive``
+    samples in a row (per device). value = temperature, threshold = the limit."""
+
+    def __init__(self, max_temperature_c: float = 85.0, consecutive: int = 3):
+        if (isinstance(max_temperature_c, bool) or not isinstance(max_temperature_c, (int, float))
+                or not math.isfinite(max_temperature_c)):
+            raise ValueError(f"max_temperature_c must be a finite number of degrees C; "
+                             f"got {max_temperature_c!r}")
+        self.max_temperature_c = float(max_temperature_c)
+        self._streaks = _Streaks(_check_consecutive(consecutive))
+
+    def update_hardware(self, sample: HardwareSample) -> List[Anomaly]:
+        found = []
+        limit = self.max_temperature_c
+        for device in sample.devices:
+            temp = device.temp_c if is_finite(device.temp_c) else None
+            if self._streaks.step(_key(device), None if temp is None else temp >= limit):
+                n = self._streaks.consecutive
+                found.append(Anomaly(
+                    OVERHEAT, None, temp, limit,
+                    f"{_name(device)} temperature {temp:g} C >= {limit:g} C for {n} "
+                    f"consecutive hardware sample{'s' if n > 1 else ''}"))
+        return found
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"streaks": dict(self._streaks.counts)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self._streaks.counts = {str(k): int(v) for k, v in state.get("streaks", {}).items()}
+
+
+class MemoryPressureDetector(Detector):
+    """``memory_pressure`` when, for ``consecutive`` samples in a row, a device's
+    ``mem_used_mb / mem_total_mb`` >= ``device_fraction`` (value = that fraction), or the
+    host's available memory is below ``host_available_fraction`` of its total (value = the
+    available fraction). Host total is taken as ``mem_used_gb + mem_available_gb``: exact on
+    Linux, where psutil defines used = total - available; an approximation elsewhere.
+    Either fraction ``None`` turns that check off.
+    """
+
+    def __init__(self, device_fraction: Optional[float] = 0.95,
+                 host_available_fraction: Optional[float] = 0.05, consecutive: int = 2):
+        self.device_fraction = _check_fraction("device_fraction", device_fraction)
+        self.host_available_fraction = _check_fraction("host_available_fraction",
+                                                       host_available_fraction)
+        self._streaks = _Streaks(_check_consecutive(consecutive))
+
+    def _samples_text(self) -> str:
+        n = self._streaks.consecutive
+        return f"for {n} consecutive hardware sample{'s' if n > 1 else ''}"
+
+    def update_hardware(self, sample: HardwareSample) -> List[Anomaly]:
+        found = []
+        limit = self.device_fraction
+        for device in sample.devices if limit is not None else ():
+            used, total = device.mem_used_mb, device.mem_total_mb
+            known = is_finite(used) and is_finite(total) and total > 0
+            fraction = used / total if known else None
+            if self._streaks.step(_key(device), None if fraction is None else fraction >= limit):
+                found.append(Anomaly(
+                    MEMORY_PRESSURE, None, fraction, limit,
+                    f"{_name(device)} memory {100 * fraction:.1f}% used ({used:g} of {total:g} "
+                    f"MB) >= {100 * limit:g}% {self._samples_text()}"))
+        host = self.host_available_fraction
+        if host is not None:
+            used, available = sample.mem_used_gb, sample.mem_available_gb
+            known = is_finite(used) and is_finite(available) and used + available > 0
+            fraction = available / (used + available) if known else None
+            if self._streaks.step(HOST, None if fraction is None else fraction < host):
+                found.append(Anomaly(
+                    MEMORY_PRESSURE, None, fraction, host,
+                    f"host memory: only {100 * fraction:.1f}% available ({available:.3g} of "
+                    f"~{used + available:.3g} GB) < {100 * host:g}% {self._samples_text()}"))
+        return found
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"streaks": dict(self._streaks.counts)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self._streaks.counts = {str(k): int(v) for k, v in state.get("streaks", {}).items()}

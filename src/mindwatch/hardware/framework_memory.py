@@ -1,0 +1,67 @@
+"""The training framework's own memory accounting, through a reader the adapter supplies.
+
+The core never imports a framework: ``mindwatch.mindspore.memory.mindspore_memory_reader``
+(or any callable returning a dict of plain numbers) is handed in from outside.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+Reader = Callable[[], Mapping[str, Any]]
+
+
+class FrameworkMemoryProbe:
+    """``sample()`` returns the reader's dict with every value a float, a string or ``None``.
+
+    Numbers become floats; non-finite numbers and other objects become ``None`` (the run log never holds a made-up
+    number). When the reader raises, the sample is ``None`` and the problem is queued once per
+    exception type for ``pop_new_messages``; it is asked again next time, since allocator
+    queries can fail transiently (a device being reset). Never raises.
+    """
+
+    def __init__(self, reader: Reader, name: str = "framework"):
+        if not callable(reader):
+            raise TypeError(f"reader must be a callable returning a dict; got "
+                            f"{type(reader).__name__}")
+        self.reader = reader
+        self.name = name
+        self._reported: set = set()
+        self._new: List[str] = []
+        self._lock = threading.Lock()  # messages are popped from another thread
+
+    def pop_new_messages(self) -> List[str]:
+        with self._lock:
+            new, self._new = self._new, []
+        return new
+
+    def _report(self, key: str, message: str) -> None:
+        with self._lock:
+            if key not in self._reported:
+                self._reported.add(key)
+                self._new.append(message)
+
+    def sample(self) -> Optional[Dict[str, Any]]:
+        try:
+            raw = self.reader()
+            if raw is None:
+                return None
+            return {str(key): _clean(value) for key, value in dict(raw).items()}
+        except Exception as exc:
+            self._report(exc.__class__.__name__,
+                         f"{self.name} memory reader failed ({exc.__class__.__name__}: {exc}); "
+                         "framework memory is null while it fails")
+            return None
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

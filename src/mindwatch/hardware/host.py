@@ -1,0 +1,98 @@
+"""Host state (CPU load, memory, this process's resident memory) through psutil.
+
+Units: GB here are decimal, 1 GB = 1e9 bytes, as in the run log's ``mem_used_gb``/``rss_gb``.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, Optional
+
+GB = 1e9
+
+
+def _import_psutil():
+    try:
+        import psutil
+    except ImportError as exc:
+        raise ImportError("host hardware sampling needs psutil: pip install psutil") from exc
+    return psutil
+
+
+def _total_and_busy(times) -> tuple:
+    # The same accounting as psutil.cpu_percent: guest time is already inside user/nice,
+    # and iowait is idle time that Linux books apart from "idle".
+    total = sum(times) - getattr(times, "guest", 0) - getattr(times, "guest_nice", 0)
+    busy = total - times.idle - getattr(times, "iowait", 0)
+    return total, busy
+
+
+class HostProbe:
+    """``sample()`` -> ``{"cpu_percent", "mem_used_gb", "mem_available_gb", "rss_gb"}``.
+
+    ``cpu_percent`` is the system-wide CPU load (0..100, averaged over all cores) since the
+    previous call, or since construction for the first one: non-blocking, like
+    ``psutil.cpu_percent(interval=None)``. It keeps its own baseline instead of calling that
+    function because psutil keys its baseline by the *calling thread*: a probe built on the
+    main thread and sampled on the sampler thread would report a meaningless 0.0 first, and
+    another library calling ``psutil.cpu_percent`` on the same thread would steal our interval.
+    ``None`` when no CPU time has elapsed yet (a made-up 0.0 would read as "idle").
+
+    ``mem_used_gb`` + ``mem_available_gb`` is the machine's total memory on Linux (psutil
+    defines used = total - available there). Each field is ``None`` when its psutil call
+    fails; ``sample()`` never raises. Safe to call from one thread at a time.
+    """
+
+    def __init__(self, psutil_module: Any = None):
+        self._psutil = psutil_module or _import_psutil()
+        self._lock = threading.Lock()  # messages are popped from another thread
+        self._reported: set = set()
+        self._new: list = []
+        self._process = self._psutil.Process()
+        self._last_cpu = self._read_cpu()  # the "primed once at construction" baseline
+
+    def _read_cpu(self) -> Optional[tuple]:
+        try:
+            return _total_and_busy(self._psutil.cpu_times())
+        except Exception as exc:
+            self._report("cpu_times", exc)
+            return None
+
+    def _report(self, what: str, exc: Exception) -> None:
+        key = (what, exc.__class__.__name__)
+        with self._lock:
+            if key not in self._reported:
+                self._reported.add(key)
+                self._new.append(f"host probe: psutil {what} failed "
+                                 f"({exc.__class__.__name__}: {exc}); that field is null")
+
+    def pop_new_messages(self) -> list:
+        with self._lock:
+            new, self._new = self._new, []
+        return new
+
+    def cpu_percent(self) -> Optional[float]:
+        now = self._read_cpu()
+        last, self._last_cpu = self._last_cpu, now
+        if now is None or last is None:
+            return None
+        total = now[0] - last[0]
+        if total <= 0:
+            return None
+        busy = max(0.0, now[1] - last[1])  # counters can step back a little (psutil #392)
+        return round(min(100.0, 100.0 * busy / total), 1)
+
+    def sample(self) -> Dict[str, Optional[float]]:
+        out: Dict[str, Optional[float]] = {"cpu_percent": self.cpu_percent(),
+                                           "mem_used_gb": None, "mem_available_gb": None,
+                                           "rss_gb": None}
+        try:
+            memory = self._psutil.virtual_memory()
+            out["mem_used_gb"] = memory.used / GB
+            out["mem_available_gb"] = memory.available / GB
+        except Exception as exc:
+            self._report("virtual_memory", exc)
+        try:
+            out["rss_gb"] = self._process.memory_info().rss / GB
+        except Exception as exc:
+            self._report("memory_info", exc)
+        return out

@@ -1,0 +1,158 @@
+"""NVIDIA GPU state through NVML (the ``pynvml`` module of the ``nvidia-ml-py`` package).
+
+Units follow the run log: memory in MB of 2**20 bytes (what ``nvidia-smi`` and ``npu-smi``
+print as "MiB"/"MB"), temperature in degrees C, power in W (NVML reports milliwatts).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, List, Optional, Sequence, Tuple
+
+from ..observation import DeviceSample
+
+MB = 2 ** 20
+
+
+class NvmlProbe:
+    """``sample()`` returns one ``DeviceSample`` (type ``"gpu"``, index = NVML index) per GPU.
+
+    NVML is initialised on the first ``sample()`` (the sampler thread pays for it, not the
+    step). When that fails - ``pynvml`` not installed, no driver library, no GPU - the probe
+    turns itself off (``enabled`` False, ``disabled_reason`` says why, queued once for
+    ``pop_new_messages``) and later calls return ``[]`` at no cost. Each field is ``None`` when
+    its NVML call raises, so one unsupported query (power on some boards) loses one number.
+    Never raises.
+
+    ``devices``: NVML indices to keep (``None``: all). NVML numbers GPUs in PCI bus order,
+    which is not CUDA's default order, so ``CUDA_VISIBLE_DEVICES`` is not applied here.
+    ``module``: a stand-in for ``pynvml``, for tests.
+    """
+
+    def __init__(self, devices: Optional[Sequence[int]] = None, module: Any = None):
+        self.devices = None if devices is None else {int(d) for d in devices}
+        self.enabled = True
+        self.disabled_reason: Optional[str] = None
+        self._module = module
+        self._handles: Optional[List[Tuple[int, Any]]] = None
+        self._reported: set = set()
+        self._new: List[str] = []
+        self._lock = threading.Lock()  # messages are popped from another thread
+
+    def pop_new_messages(self) -> List[str]:
+        """Problems not handed out before, each distinct one once per probe."""
+        with self._lock:
+            new, self._new = self._new, []
+        return new
+
+    def _report(self, message: str, key: Optional[str] = None) -> None:
+        with self._lock:
+            if (key or message) not in self._reported:
+                self._reported.add(key or message)
+                self._new.append(message)
+
+    def _disable(self, reason: str) -> None:
+        self.enabled = False
+        self.disabled_reason = reason
+        self._report(reason)
+
+    def _init(self) -> bool:
+        if self._handles is not None:
+            return True
+        nvml = self._module
+        if nvml is None:
+            try:
+                import pynvml as nvml
+            except ImportError:
+                self._disable("NVML unavailable (pynvml is not installed; on NVIDIA GPU "
+                              "machines: pip install nvidia-ml-py); GPU sampling is off")
+                return False
+            self._module = nvml
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, OSError...
+            self._disable(f"NVML unavailable ({exc.__class__.__name__}: {exc}); "
+                          "GPU sampling is off")
+            return False
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except Exception as exc:
+            self._disable(f"NVML could not count GPUs ({exc.__class__.__name__}: {exc}); "
+                          "GPU sampling is off")
+            self._shutdown()
+            return False
+        handles = []
+        for index in range(count):
+            if self.devices is not None and index not in self.devices:
+                continue
+            try:  # handles are stable while the process runs: fetch them once
+                handles.append((index, nvml.nvmlDeviceGetHandleByIndex(index)))
+            except Exception as exc:
+                self._report(f"NVML cannot open GPU {index} ({exc.__class__.__name__}: "
+                             f"{exc}); it is not sampled")
+        if not handles:
+            self._disable("NVML sees no GPU" + ("" if self.devices is None else
+                          f" among {sorted(self.devices)}") + "; GPU sampling is off")
+            self._shutdown()
+            return False
+        self._handles = handles
+        return True
+
+    def _query(self, name: str, index: int, call, *args) -> Any:
+        try:
+            return call(*args)
+        except Exception as exc:
+            # key without the index: one unsupported query on 8 boards is one message
+            self._report(f"NVML {name} failed on GPU {index} ({exc.__class__.__name__}: "
+                         f"{exc}); that field is null", key=f"{name} {exc.__class__.__name__}")
+            return None
+
+    def _device(self, index: int, handle: Any) -> DeviceSample:
+        nvml = self._module
+        util = self._query("utilization", index, nvml.nvmlDeviceGetUtilizationRates, handle)
+        memory = self._query("memory", index, nvml.nvmlDeviceGetMemoryInfo, handle)
+        temp = self._query("temperature", index, nvml.nvmlDeviceGetTemperature, handle,
+                           getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
+        power = self._query("power", index, nvml.nvmlDeviceGetPowerUsage, handle)
+        return DeviceSample(
+            "gpu", index,
+            util_percent=_number(getattr(util, "gpu", None)),
+            mem_used_mb=_scaled(getattr(memory, "used", None), MB),
+            mem_total_mb=_scaled(getattr(memory, "total", None), MB),
+            temp_c=_number(temp),
+            power_w=_scaled(power, 1000))
+
+    def sample(self) -> List[DeviceSample]:
+        if not self.enabled:
+            return []
+        try:
+            if not self._init():
+                return []
+            return [self._device(index, handle) for index, handle in self._handles]
+        except Exception as exc:  # a stand-in or a new pynvml may break any assumption
+            self._report(f"GPU sampling failed: {exc.__class__.__name__}: {exc}",
+                         key=f"sample raised {exc.__class__.__name__}")
+            return []
+
+    def _shutdown(self) -> None:
+        try:
+            self._module.nvmlShutdown()
+        except Exception:
+            pass  # nothing to release, or nothing we could do about it
+
+    def close(self) -> None:
+        """Release NVML; a later ``sample()`` initialises it again."""
+        if self._handles is not None:
+            self._handles = None
+            self._shutdown()
+
+
+def _number(value: Any) -> Optional[float]:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _scaled(value: Any, unit: float) -> Optional[float]:
+    number = _number(value)
+    return None if number is None else number / unit

@@ -1,0 +1,385 @@
+"""``mindwatch report``: one self-contained HTML file (and optional PNGs) from a run log.
+
+The page must open anywhere, offline and years later, so it embeds everything: the data as
+strict JSON in a ``<script type="application/json">`` block, and a small plotting script
+(``plot.js``, vanilla JS drawing SVG) inlined from the package. Tables are rendered here, in
+Python, so they read even with JavaScript off; every text that came from a log goes through
+``html.escape`` (a log message is data, never markup).
+
+Each series is downsampled (``downsample.py``) to ``max_points``, which bounds the file size
+by the number of ranks and panels, not by the length of the run.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import time
+from importlib import resources
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+from .. import format as fmt
+from .. import records
+from ..runlog import RankLog, RunLog
+from .downsample import downsample
+
+# The anomaly table (and the markers) stop here: a run that logged an anomaly per step for a
+# million steps would otherwise defeat the size bound; the rest stay in the log.
+MAX_ANOMALY_ROWS = 2000
+PNG_PANELS = ("loss", "lr", "grad_norm", "step_time")
+_esc = html.escape
+
+
+def _settings(run: RunLog) -> Dict[str, Any]:
+    """The first rank's ``run`` record (the latest segment): config, versions, thresholds."""
+    for log in run.ranks:
+        if log.run is not None:
+            return log.run
+    return {}
+
+
+def _columns(log: RankLog) -> Dict[str, List[Any]]:
+    """One pass over a rank's records: step fields as columns, hardware samples placed at the
+    last step seen before them so every panel shares the step axis."""
+    names = ("step", "loss", "loss_smooth", "lr", "grad_norm", "step_time_s", "samples_per_s")
+    cols: Dict[str, List[Any]] = {name: [] for name in names}
+    hw: Dict[str, List[Any]] = {"x": [], "cpu_percent": [], "mem_used_gb": [], "rss_gb": []}
+    devices: Dict[str, Dict[str, List[Any]]] = {}
+    last_step = 0
+    for rec in log.records:
+        kind = rec.get("kind")
+        if kind == records.STEP:
+            last_step = rec.get("step", last_step)
+            for name in names:
+                cols[name].append(rec.get(name))
+        elif kind == records.HARDWARE:
+            hw["x"].append(last_step)
+            for name in ("cpu_percent", "mem_used_gb", "rss_gb"):
+                hw[name].append(rec.get(name))
+            for dev in rec.get("devices") or ():
+                key = f"{dev.get('type', 'dev')}{dev.get('index', 0)}"
+                series = devices.setdefault(key, {"x": [], "util_percent": [], "mem_used_mb": [],
+                                                  "temp_c": []})
+                series["x"].append(last_step)
+                for name in ("util_percent", "mem_used_mb", "temp_c"):
+                    series[name].append(dev.get(name))
+    cols["hardware"] = hw            # type: ignore[assignment]
+    cols["devices"] = devices        # type: ignore[assignment]
+    return cols
+
+
+def _line(label: str, rank: int, xs, ys, n: int, keep, **style: Any) -> Dict[str, Any]:
+    x, y = downsample(xs, ys, n, keep)
+    return {"label": label, "rank": rank, "x": x, "y": y, **style}
+
+
+def _spread(per_rank: List[Dict[str, List[Any]]], name: str, n: int) -> List[Dict[str, Any]]:
+    """Min / median / max across ranks at each step (finite values only)."""
+    by_step: Dict[Any, List[float]] = {}
+    for cols in per_rank:
+        for step, value in zip(cols["step"], cols[name]):
+            if value is not None and math.isfinite(value):
+                by_step.setdefault(step, []).append(value)
+    steps = sorted(by_step)
+    stats: Dict[str, List[float]] = {"min": [], "median": [], "max": []}
+    for step in steps:
+        values = sorted(by_step[step])
+        half = len(values) // 2
+        stats["min"].append(values[0])
+        stats["max"].append(values[-1])
+        stats["median"].append(values[half] if len(values) % 2 else
+                               (values[half - 1] + values[half]) / 2)
+    return [_line(stat, -1, steps, stats[stat], n, (), spread=stat) for stat in stats]
+
+
+def build_panels(run: RunLog, max_points: int = 2000) -> List[Dict[str, Any]]:
+    """Every panel of the report as plain data: title, axis options, downsampled lines."""
+    config = _settings(run).get("config") or {}
+    per_rank = [_columns(log) for log in run.ranks]
+    keeps = [{a.get("step") for a in log.anomalies[:MAX_ANOMALY_ROWS]} for log in run.ranks]
+    n = max_points
+
+    def per_rank_lines(name: str, **style: Any) -> List[Dict[str, Any]]:
+        return [_line(f"rank {log.rank}", log.rank, cols["step"], cols[name], n, keep, **style)
+                for log, cols, keep in zip(run.ranks, per_rank, keeps)]
+
+    def hlines(*pairs) -> List[Dict[str, Any]]:
+        return [{"y": config[key], "label": f"{key} {fmt.number(config[key])}"}
+                for key in pairs if isinstance(config.get(key), (int, float))]
+
+    loss_lines: List[Dict[str, Any]] = []
+    for log, cols, keep in zip(run.ranks, per_rank, keeps):
+        loss_lines.append(_line(f"rank {log.rank} loss", log.rank, cols["step"], cols["loss"], n,
+                                keep, faint=True))
+        loss_lines.append(_line(f"rank {log.rank} smoothed", log.rank, cols["step"],
+                                cols["loss_smooth"], n, keep))
+    panels = [
+        {"id": "loss", "title": "Loss (faint) and smoothed loss", "log": "auto",
+         "lines": loss_lines},
+        {"id": "lr", "title": "Learning rate", "lines": per_rank_lines("lr")},
+        {"id": "grad_norm", "title": "Gradient norm (global L2, before clipping)", "log": True,
+         "hlines": hlines("grad_explode", "grad_vanish"), "lines": per_rank_lines("grad_norm")},
+        {"id": "step_time", "title": "Step time (s)", "log": "auto",
+         "lines": per_rank_lines("step_time_s")},
+        {"id": "throughput", "title": "Throughput (samples/s)",
+         "lines": per_rank_lines("samples_per_s")},
+    ]
+    if len(run.ranks) > 1:
+        panels.append({"id": "spread_loss", "title": "Loss across ranks (min / median / max)",
+                       "log": "auto", "lines": _spread(per_rank, "loss", n)})
+        panels.append({"id": "spread_step_time", "log": "auto",
+                       "title": "Step time across ranks (min / median / max, s)",
+                       "lines": _spread(per_rank, "step_time_s", n)})
+    if any(cols["hardware"]["x"] for cols in per_rank):
+        panels += _hardware_panels(run, per_rank, n, hlines("max_temperature_c"))
+    for panel in panels:
+        panel.setdefault("markers", panel["id"] in PNG_PANELS or panel["id"] == "throughput")
+    return panels
+
+
+def _hardware_panels(run: RunLog, per_rank, n: int, temp_lines) -> List[Dict[str, Any]]:
+    def lines(name: str, source: str = "hardware", **style) -> List[Dict[str, Any]]:
+        out = []
+        for log, cols in zip(run.ranks, per_rank):
+            groups = [("", cols["hardware"])] if source == "hardware" else \
+                sorted(cols["devices"].items())
+            for dash, (device, series) in enumerate(groups):
+                label = f"rank {log.rank} {device}".rstrip()
+                out.append(_line(label, log.rank, series["x"], series[name], n, (),
+                                 dash=dash % 3, **style))
+        return out
+
+    host_memory = lines("mem_used_gb") + [dict(line, label=line["label"] + " process RSS",
+                                               dash=1) for line in lines("rss_gb")]
+    panels = [
+        {"id": "cpu", "title": "Host CPU (%)", "lines": lines("cpu_percent")},
+        {"id": "host_memory", "title": "Host memory used and process RSS (GB)",
+         "lines": host_memory},
+        {"id": "device_util", "title": "Device utilization (%)", "lines": lines("util_percent",
+                                                                                "devices")},
+        {"id": "device_memory", "title": "Device memory used (MB)",
+         "lines": lines("mem_used_mb", "devices")},
+        {"id": "device_temp", "title": "Device temperature (°C)", "hlines": temp_lines,
+         "lines": lines("temp_c", "devices")},
+    ]
+    return [p for p in panels if any(line["x"] for line in p["lines"])]
+
+
+def _json_block(data: Any) -> str:
+    """Strict JSON (NaN/Infinity as strings) that cannot end its <script> element: every '<'
+    becomes \\u003c, which JSON.parse reads back unchanged."""
+    text = json.dumps(records.to_strict(data), allow_nan=False, ensure_ascii=False,
+                      separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def _flatten(prefix: str, value: Any) -> Iterable[tuple]:
+    if isinstance(value, Mapping) and value:
+        for key, item in value.items():
+            yield from _flatten(f"{prefix}.{key}" if prefix else str(key), item)
+    else:
+        yield prefix, value
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return _esc(fmt.number(value))
+    if value is None:
+        return fmt.MISSING
+    return _esc(value if isinstance(value, str) else json.dumps(value, default=str))
+
+
+def _table(headers: Iterable[str], rows: Iterable[str], css: str = "") -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
+    return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>' \
+           "</table>"
+
+
+def _anomaly_rows(run: RunLog, link_base: str) -> List[str]:
+    rows = []
+    for a in run.anomalies[:MAX_ANOMALY_ROWS]:
+        link = fmt.MISSING
+        if a.get("report"):
+            stem = os.path.splitext(os.path.basename(str(a["report"])))[0]
+            target = os.path.join(run.directory, "anomalies", stem + ".md")
+            href = os.path.relpath(target, link_base).replace(os.sep, "/")
+            link = f'<a href="{_esc(href)}">{_esc(stem)}.md</a>'
+        cells = [a.get("step"), a.get("rank"), a.get("anomaly"), a.get("value"),
+                 a.get("threshold"), ", ".join(a.get("actions") or []), a.get("message")]
+        rows.append(f'<tr data-step="{_esc(str(a.get("step")))}" data-rank="'
+                    f'{_esc(str(a.get("rank")))}" data-kind="{_esc(str(a.get("anomaly")))}">'
+                    + "".join(f"<td>{_cell(c)}</td>" for c in cells) + f"<td>{link}</td></tr>")
+    return rows
+
+
+def _rank_rows(run: RunLog) -> List[str]:
+    rows = []
+    for log in run.ranks:
+        info, end, steps = log.run or {}, log.end, log.steps
+        status = end.get("reason") if end else "no end record (running or crashed)"
+        cells = [log.rank, info.get("host"), info.get("pid"), steps[-1].get("step") if steps
+                 else 0, status, fmt.duration(end.get("elapsed_s")) if end else None,
+                 len(log.anomalies), "yes" if log.torn_tail else "no"]
+        rows.append("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in cells) + "</tr>")
+    return rows
+
+
+def _plot_js() -> str:
+    return resources.files("mindwatch.report").joinpath("plot.js").read_text(encoding="utf-8")
+
+
+def render_html(run: RunLog, *, max_points: int = 2000, link_base: Optional[str] = None) -> str:
+    """The report page. ``link_base``: the folder the page will be saved in (default: the run
+    directory), so links to ``anomalies/*.md`` resolve from there."""
+    settings = _settings(run)
+    anomalies = run.anomalies
+    data = {"panels": build_panels(run, max_points),
+            "anomalies": [{"step": a.get("step"), "rank": a.get("rank"), "kind": a.get("anomaly"),
+                           "message": a.get("message")} for a in anomalies[:MAX_ANOMALY_ROWS]]}
+    info_keys = ("world_size", "total_steps", "mode", "device_target", "dataset_sink_mode",
+                 "wrapped", "argv", "schema")
+    info = [(k, settings.get(k)) for k in info_keys if k in settings]
+    info += [(f"version.{k}", v) for k, v in (settings.get("versions") or {}).items()]
+    pairs = info + list(_flatten("", settings.get("config") or {}))
+    config_rows = [f"<tr><td>{_esc(str(k))}</td><td>{_cell(v)}</td></tr>" for k, v in pairs]
+    more = len(anomalies) - MAX_ANOMALY_ROWS
+    title = f"mindwatch report: {run.directory}"
+    verdict = f"{len(anomalies)} anomalies" if anomalies else "no anomalies"
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{_esc(title)}</title>", f"<style>{_CSS}</style></head><body>",
+        '<main id="report" data-rendered="0">', f"<h1>{_esc(title)}</h1>",
+        f'<p class="meta">{len(run.ranks)} rank(s), {_esc(verdict)}; generated '
+        f'{_esc(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>',
+        '<div id="errors" class="errors"></div>',
+        "<noscript>The charts need JavaScript; the tables below do not.</noscript>",
+        '<div id="panels"></div>', "<h2>Ranks</h2>",
+        _table(["rank", "host", "pid", "last step", "end", "elapsed", "anomalies", "torn tail"],
+               _rank_rows(run)),
+        f'<h2>Anomalies ({len(anomalies)})</h2>',
+        _table(["step", "rank", "kind", "value", "threshold", "actions", "message", "report"],
+               _anomaly_rows(run, link_base or run.directory), "anomalies")
+        if anomalies else "<p>None.</p>",
+        f"<p>{more} more anomalies are in the run log.</p>" if more > 0 else "",
+        "<h2>Settings and versions</h2>", _table(["setting", "value"], config_rows, "config"),
+        "</main>",
+        f'<script type="application/json" id="mw-data">{_json_block(data)}</script>',
+        # Installed before plot.js runs so even a syntax error there is shown on the page.
+        "<script>window.onerror=function(m,s,l,c,e){var d=document.getElementById('errors');"
+        "d.textContent+=(e&&e.stack?e.stack:m+' at line '+l)+'\\n';};</script>",
+        f"<script>{_plot_js()}</script>", "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+_CSS = """
+body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;background:#f6f7f9;color:#1d2329}
+main{max-width:1280px;margin:0 auto;padding:16px 24px}
+h1{font-size:20px;margin:8px 0 2px;word-break:break-all}h2{font-size:16px;margin:24px 0 8px}
+.meta{color:#5b6670;margin:0 0 12px}
+.errors:not(:empty){white-space:pre-wrap;background:#fde8e8;color:#9b1c1c;padding:8px;border-radius:4px}
+.panel{background:#fff;border:1px solid #dde1e5;border-radius:6px;margin:0 0 12px;padding:8px 12px}
+.panel h3{font-size:14px;margin:0 0 4px}.legend{font-size:12px;color:#444}
+.legend span{margin-right:12px;white-space:nowrap}.legend i{display:inline-block;width:14px;height:3px;margin-right:4px;vertical-align:middle}
+.panel svg{display:block;width:100%;height:auto}.nodata{color:#8a949c;font-style:italic}
+table{border-collapse:collapse;background:#fff;font-size:13px;width:100%}
+th,td{border:1px solid #dde1e5;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#eef1f4}td{word-break:break-word}
+table.config{width:auto}table.config td:first-child{font-family:monospace}
+.tip{position:absolute;pointer-events:none;background:rgba(255,255,255,.95);border:1px solid #aab;padding:4px 6px;font-size:12px;border-radius:4px;white-space:pre}
+"""
+
+
+def _ticks(low: float, high: float, log: bool) -> List[float]:
+    """Round tick values: decades on a log axis, 1-2-5 steps on a linear one."""
+    if log:
+        return [10.0 ** e for e in range(math.floor(low), math.ceil(high) + 1)
+                if low <= e <= high]
+    raw = (high - low) / 5 or 1.0
+    base = 10 ** math.floor(math.log10(raw))
+    step = next(m * base for m in (1, 2, 5, 10) if m * base >= raw)
+    return [i * step for i in range(math.ceil(low / step), math.floor(high / step) + 1)]
+
+
+def _draw_png(panel: Mapping[str, Any], marks: List[int], width: int, height: int):
+    from PIL import Image, ImageDraw, ImageFont
+    img = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=13)
+    left, right, top, bottom = 70, width - 16, 28, height - 30
+    draw.text((left, 6), panel["title"], fill="#1d2329", font=font)
+    lines = panel["lines"]
+    finite = [v for ln in lines for v in ln["y"] if isinstance(v, float) and math.isfinite(v)
+              or isinstance(v, int)]
+    log = panel.get("log") is True or (panel.get("log") == "auto" and finite and
+                                       min(finite) > 0 and max(finite) / min(finite) > 100)
+    finite += [h["y"] for h in panel.get("hlines") or ()]
+    xs = [x for ln in lines for x in ln["x"]]
+    if log:
+        finite = [math.log10(v) for v in finite if v > 0]
+    if not finite or not xs:
+        draw.text((left, height // 2), "no data", fill="#8a949c", font=font)
+        return img
+    y0, y1 = min(finite), max(finite)
+    y0, y1 = (y0 - 0.5, y1 + 0.5) if y0 == y1 else (y0 - (y1 - y0) * .05, y1 + (y1 - y0) * .05)
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+
+    def px(x):
+        return left + (x - x0) / (x1 - x0) * (right - left)
+
+    def py(v):
+        v = math.log10(v) if log else v
+        return bottom - (v - y0) / (y1 - y0) * (bottom - top)
+
+    for t in _ticks(y0, y1, log):
+        y = py(10 ** t if log else t)
+        draw.line([(left, y), (right, y)], fill="#eceff2")
+        draw.text((left - 6, y), fmt.number(10 ** t if log else t, 3), fill="#5b6670",
+                  font=font, anchor="rm")
+    for t in _ticks(x0, x1, False):
+        draw.line([(px(t), bottom), (px(t), bottom + 4)], fill="#5b6670")
+        draw.text((px(t), bottom + 6), f"{t:g}", fill="#5b6670", font=font, anchor="mt")
+    draw.rectangle([left, top, right, bottom], outline="#9aa4ad")
+    for step in marks:
+        if x0 <= step <= x1:
+            draw.line([(px(step), top), (px(step), bottom)], fill="#e8a0a0")
+    for h in panel.get("hlines") or ():
+        if not log or h["y"] > 0:
+            draw.line([(left, py(h["y"])), (right, py(h["y"]))], fill="#c0392b", width=1)
+            draw.text((right - 4, py(h["y"]) - 2), h["label"], fill="#c0392b", font=font,
+                      anchor="rb")
+    for ln in lines:
+        colour = _PALETTE[(ln["rank"] if ln["rank"] >= 0 else _SPREAD[ln.get("spread")])
+                          % len(_PALETTE)]
+        if ln.get("faint"):
+            colour = "#" + "".join(f"{(int(colour[i:i + 2], 16) + 2 * 255) // 3:02x}"
+                                   for i in (1, 3, 5))
+        points = [(px(x), py(v)) for x, v in zip(ln["x"], ln["y"])
+                  if math.isfinite(v) and (v > 0 or not log)]
+        if len(points) > 1:
+            draw.line(points, fill=colour, width=1 if ln.get("faint") else 2)
+        for x, v in zip(ln["x"], ln["y"]):
+            if not math.isfinite(v):   # NaN / inf: a red marker on the top edge
+                draw.polygon([(px(x) - 4, top), (px(x) + 4, top), (px(x), top + 7)],
+                             fill="#c0392b")
+    return img
+
+
+_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+            "#bcbd22"]
+_SPREAD = {"min": 2, "median": 0, "max": 1}
+
+
+def write_pngs(run: RunLog, out_dir: str, *, width: int = 1000, height: int = 360) -> List[str]:
+    """The main panels (loss, LR, gradient norm, step time) as PNG files; returns the paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    panels = {p["id"]: p for p in build_panels(run, max_points=width)}
+    marks = sorted({a.get("step") for a in run.anomalies[:MAX_ANOMALY_ROWS]
+                    if isinstance(a.get("step"), int)})
+    paths = []
+    for panel_id in PNG_PANELS:
+        path = os.path.join(out_dir, f"{panel_id}.png")
+        _draw_png(panels[panel_id], marks, width, height).save(path)
+        paths.append(path)
+    return paths
