@@ -32,6 +32,21 @@ def _parser() -> argparse.ArgumentParser:
                                   "2 unreadable")
     summary.add_argument("run_dir")
     summary.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    report = commands.add_parser("report", help="one self-contained HTML file with every curve "
+                                 "and anomaly of a run")
+    report.add_argument("run_dir")
+    report.add_argument("-o", "--output", metavar="FILE",
+                        help="where to write the HTML (default: RUN_DIR/report.html)")
+    report.add_argument("--png", metavar="DIR", help="also write the main panels as PNG images")
+    report.add_argument("--max-points", type=int, default=2000, metavar="N",
+                        help="points kept per curve; spikes and anomalies are always kept "
+                        "(default 2000)")
+
+    watch = commands.add_parser("watch", help="a live terminal view that follows the run logs")
+    watch.add_argument("run_dir")
+    watch.add_argument("--refresh", type=float, default=0.5, metavar="S",
+                       help="seconds between updates (default 0.5)")
     return parser
 
 
@@ -44,6 +59,53 @@ def _summary(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     print(json.dumps(result, indent=2, default=str) if args.json else render_text(result))
     return result["exit_code"]
+
+
+def _report(args: argparse.Namespace) -> int:
+    import os
+
+    from .report.html import render_html, write_pngs
+    from .runlog import RunLogError, read_run
+    if args.max_points < 10:
+        raise CliError(f"--max-points must be at least 10; got {args.max_points}")
+    output = args.output or os.path.join(args.run_dir, "report.html")
+    try:
+        run = read_run(args.run_dir)
+    except RunLogError as exc:
+        raise CliError(str(exc)) from exc
+    page = render_html(run, max_points=args.max_points,
+                       link_base=os.path.dirname(os.path.abspath(output)))
+    try:
+        # Written to a temporary name and renamed: a browser never opens half a report.
+        with open(output + ".tmp", "w", encoding="utf-8") as handle:
+            handle.write(page)
+        os.replace(output + ".tmp", output)
+    except OSError as exc:
+        raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
+    print(output)
+    if args.png:
+        try:
+            paths = write_pngs(run, args.png)
+        except ImportError as exc:
+            raise CliError(f"--png needs Pillow ({exc}); pip install pillow") from exc
+        except OSError as exc:
+            raise CliError(f"cannot write PNGs to {args.png}: {exc.strerror or exc}") from exc
+        print("\n".join(paths))
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    if not args.refresh > 0:
+        raise CliError(f"--refresh must be > 0 seconds; got {args.refresh}")
+    try:
+        from .report.watch import watch
+    except ImportError as exc:
+        raise CliError(f"watch needs rich ({exc}); pip install 'rich>=13'") from exc
+    from .runlog import RunLogError
+    try:
+        return watch(args.run_dir, refresh_s=args.refresh)
+    except RunLogError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -66,7 +128,8 @@ def _demo(args: argparse.Namespace) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        handler = {"demo": _demo, "summary": _summary}[args.command]
+        handler = {"demo": _demo, "summary": _summary, "report": _report,
+                   "watch": _watch}[args.command]
         return handler(args)
     except CliError as exc:
         print(f"mindwatch {args.command}: {exc}", file=sys.stderr)

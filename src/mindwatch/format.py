@@ -57,3 +57,10 @@ def percent(value: Optional[float]) -> str:
 
 def celsius(value: Optional[float]) -> str:
     return MISSING if value is None else f"{value:.0f}°C"
+
+
+def megabytes(value: Optional[float]) -> str:
+    """Device memory as reported in MB: "812 MB", or "12.3 GB" from 1024 MB up."""
+    if value is None or not math.isfinite(value):
+        return MISSING
+    return f"{value / 1024:.1f} GB" if value >= 1024 else f"{value:.0f} MB"

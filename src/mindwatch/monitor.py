@@ -8,6 +8,7 @@ import os
 import platform
 import socket
 import sys
+import threading
 from collections import deque
 from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 
@@ -47,11 +48,18 @@ class Monitor:
     def __init__(self, log_dir: str, *, rank: Optional[int] = None,
                  world_size: Optional[int] = None, clock: Optional[Clock] = None,
                  stream: Optional[TextIO] = None, versions: Optional[Mapping[str, str]] = None,
+                 local_rank: Optional[int] = None, summary_event_class: Any = None,
                  **settings: Any):
         self.settings = MonitorSettings.from_kwargs(**settings)
         env = rank_from_env()
         self.rank = env.rank if rank is None else rank
         self.world_size = env.world_size if world_size is None else world_size
+        self.local_rank = env.local_rank if local_rank is None else local_rank
+        self._summary_event_class = summary_event_class
+        if self.settings.mindinsight and summary_event_class is None:
+            raise ValueError("mindinsight=True writes MindSpore summary files and needs "
+                             "MindSpore's protobuf classes: use mindwatch.mindspore.TrainMonitor "
+                             "(pip install mindspore), or leave mindinsight off")
         self.log_dir = os.fspath(log_dir) if isinstance(log_dir, os.PathLike) else log_dir
         self.log_path = prepare(self.log_dir, self.rank, self.settings.resume)
         self.clock: Clock = clock or SystemClock()
@@ -84,10 +92,35 @@ class Monitor:
         self._epoch_steps = 0
         self._previous_epoch_mean: Optional[float] = None
         self._last_layer_norms: Optional[tuple] = None
+        self._lock = threading.RLock()       # the sampler thread writes records too
+        self._pending: List[Anomaly] = []     # hardware findings awaiting the training thread
+        self._sampler = None
+        self.framework_memory_reader: Optional[Callable[[], Dict[str, Any]]] = None
 
     # -- life cycle -----------------------------------------------------------------------
     def _open_sinks(self) -> List[Sink]:
-        return [JsonlSink(self.log_path), self.console]
+        """The run log and console, then every view the settings ask for. A view whose
+        package is missing raises here, at construction, naming what to install."""
+        sinks: List[Sink] = [JsonlSink(self.log_path), self.console]
+        try:
+            if self.settings.tensorboard:
+                from .sinks.tensorboard import TensorBoardSink
+                sinks.append(TensorBoardSink(self.log_dir, self.rank))
+            if self.settings.mindinsight:
+                from .sinks.mindinsight import MindInsightSink
+                sinks.append(MindInsightSink(self.log_dir, self.rank,
+                                             event_class=self._summary_event_class))
+            if self.settings.prometheus_port is not None:
+                from .sinks.prometheus import PrometheusSink
+                # One port per process: rank r of a node serves on port + its local rank.
+                port = self.settings.prometheus_port
+                sinks.append(PrometheusSink(port + self.local_rank if port else 0, self.rank))
+        except BaseException:
+            for sink in sinks:
+                if sink is not self.console:
+                    sink.close()
+            raise
+        return sinks
 
     def start(self, *, total_steps: Optional[int] = None, **run_info: Any) -> None:
         """Write the ``run`` record now and restart the step timer.
@@ -111,16 +144,36 @@ class Monitor:
             return
         self._started = True
         self.console.total_steps = total_steps
+        self._start_hardware()
         self._emit(records.RUN, schema=records.SCHEMA_VERSION, world_size=self.world_size,
                    host=socket.gethostname(), pid=os.getpid(), config=self.settings.as_record(),
                    versions=self.versions, log_path=self.log_path, total_steps=total_steps,
                    argv=list(sys.argv), **run_info)
+        if self._sampler is not None:
+            self._sampler.start()
+
+    def _start_hardware(self) -> None:
+        if self.settings.hardware_interval_s is None or self._sampler is not None:
+            return
+        from .hardware.sampler import HardwareSampler, default_probes
+        self._sampler = HardwareSampler(
+            interval_s=self.settings.hardware_interval_s, on_sample=self.submit_hardware,
+            **default_probes(all_devices=self.settings.all_devices,
+                             framework_reader=self.framework_memory_reader))
+
+    def _stop_hardware(self) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
+            self._drain_sampler_messages()
+            self._sampler = None
 
     def close(self, reason: Optional[str] = None, error: Optional[str] = None) -> None:
         """End the run: the last epoch's record, an ``end`` record, sinks closed. Idempotent."""
         if self._closed:
             return
         self._ensure_started()
+        self._stop_hardware()
+        self._act_on_pending()
         self.end_epoch()
         if reason is None:
             reason = "error" if error else ("stopped" if self.stop_requested else "completed")
@@ -167,16 +220,38 @@ class Monitor:
             extra=dict(extra or {}))
         return self._process(observation)
 
+    def submit_hardware(self, sample: HardwareSample) -> None:
+        """From the sampler thread: the ``hardware`` record is written now, so a hung step
+        still leaves samples behind; what its detectors find waits for the training thread
+        (the next ``observe``), since a checkpoint must not race the optimizer update."""
+        with self._lock:
+            if self._closed or not self._started:
+                return
+            record = records_from_hardware(sample)
+            self.last_hardware = record
+            self._emit(records.HARDWARE, _time=sample.time, **record)
+            for detector in self.detectors:
+                self._pending.extend(detector.update_hardware(sample))
+
     def observe_hardware(self, sample: HardwareSample) -> List[Anomaly]:
+        """A hardware sample taken on the training thread (custom loops, tests)."""
         self._ensure_started()
-        record = records_from_hardware(sample)
-        self.last_hardware = record
-        self._emit(records.HARDWARE, **record)
-        found = []
-        for detector in self.detectors:
-            found.extend(detector.update_hardware(sample))
+        self.submit_hardware(sample)
+        return self._act_on_pending()
+
+    def _act_on_pending(self) -> List[Anomaly]:
+        with self._lock:
+            found, self._pending = self._pending, []
+        for anomaly in found:
+            if anomaly.step is None:
+                anomaly.step = self.last_step or None
         self._act(found)
         return found
+
+    def _drain_sampler_messages(self) -> None:
+        if self._sampler is not None:
+            for message in self._sampler.pop_new_messages():
+                self._emit(records.NOTICE, message=message, source="hardware")
 
     def notice(self, message: str, **fields: Any) -> None:
         self._ensure_started()
@@ -230,6 +305,9 @@ class Monitor:
         for detector in self.detectors:
             found.extend(detector.update(obs))
         self._act(found)
+        if self._pending:
+            found.extend(self._act_on_pending())
+        self._drain_sampler_messages()
         return found
 
     def _act(self, found: List[Anomaly]) -> None:
@@ -311,8 +389,9 @@ class Monitor:
     def _emit(self, kind: str, _time: Optional[float] = None, **fields: Any) -> None:
         record = {"kind": kind, "rank": self.rank,
                   "time": self.clock.time() if _time is None else _time, **fields}
-        for sink in self.sinks:
-            sink.write(record)
+        with self._lock:
+            for sink in self.sinks:
+                sink.write(record)
 
 
 def records_from_hardware(sample: HardwareSample) -> Dict[str, Any]:

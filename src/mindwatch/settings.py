@@ -83,7 +83,11 @@ class MonitorSettings:
     on_anomaly: Union[None, str, Mapping[str, str]] = None
     # hardware
     max_temperature_c: float = 85.0
+    overheat_samples: int = 3                # consecutive samples at/above the limit
+    memory_pressure_device: float = 0.95     # device memory used / total
+    memory_pressure_host: float = 0.05       # host memory available / total, below it
     hardware_interval_s: Optional[float] = 2.0
+    all_devices: bool = False                # sample every device, not only this rank's
     # optional sinks
     tensorboard: bool = False
     mindinsight: bool = False
@@ -117,6 +121,12 @@ class MonitorSettings:
         check_int("layer_norms_interval", self.layer_norms_interval, minimum=1)
         self.policies = resolve_policies(self.on_anomaly)
         check_number("max_temperature_c", self.max_temperature_c, low=0.0, low_open=True)
+        check_int("overheat_samples", self.overheat_samples, minimum=1)
+        check_number("memory_pressure_device", self.memory_pressure_device, low=0.0,
+                     low_open=True, high=1.0)
+        check_number("memory_pressure_host", self.memory_pressure_host, low=0.0, high=1.0,
+                     high_open=True)
+        check_bool("all_devices", self.all_devices)
         check_number("hardware_interval_s", self.hardware_interval_s, low=0.0, low_open=True,
                      optional=True)
         check_bool("tensorboard", self.tensorboard)

@@ -8,6 +8,7 @@ from mindwatch.runlog import read_rank_log
 
 
 def _monitor(tmp_path, clock, **settings):
+    settings.setdefault("hardware_interval_s", None)    # exact record sequences below
     return Monitor(str(tmp_path), clock=clock, stream=io.StringIO(), **settings)
 
 
@@ -120,3 +121,43 @@ def test_start_after_close_appends_a_segment(tmp_path, clock):
     assert [r["kind"] for r in log.records] == ["run", "step", "anomaly", "end", "run", "step",
                                                 "end"]
     assert [r["reason"] for r in log.of_kind("end")] == ["stopped", "completed"]
+
+
+def test_hardware_findings_act_on_the_training_thread(tmp_path, clock):
+    from mindwatch.observation import DeviceSample, HardwareSample
+    monitor = _monitor(tmp_path, clock, overheat_samples=2, max_temperature_c=80.0)
+    monitor.observe(step=1, loss=1.0)
+    for temperature in (79.0, 81.0, 82.0):
+        monitor.submit_hardware(HardwareSample(time=clock.time(), cpu_percent=5.0, devices=[
+            DeviceSample("npu", 0, temp_c=temperature)]))
+    assert monitor.stop_requested is None          # nothing acts from the sampler thread
+    found = monitor.observe(step=2, loss=1.0)
+    assert [(a.kind, a.step, a.value) for a in found] == [("overheat", 2, 82.0)]
+    assert monitor.stop_requested is found[0] and found[0].actions == ["checkpoint", "stop"]
+    monitor.close()
+    log = read_rank_log(str(tmp_path / "rank_0.jsonl"))
+    assert [r["kind"] for r in log.records] == ["run", "step", "hardware", "hardware",
+                                                "hardware", "step", "anomaly", "end"]
+    assert log.of_kind("hardware")[2]["devices"][0]["temp_c"] == 82.0
+    report = (tmp_path / "anomalies" / "step2_rank0.md").read_text()
+    assert "Latest hardware sample" in report and '"temp_c": 82.0' in report
+
+
+def test_sampler_runs_between_start_and_close(tmp_path, clock):
+    import time
+    monitor = Monitor(str(tmp_path), clock=clock, stream=io.StringIO(), hardware_interval_s=0.05)
+    monitor.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(_hardware(tmp_path)) < 3:
+        time.sleep(0.02)
+    monitor.close()
+    count = len(_hardware(tmp_path))
+    assert count >= 3
+    time.sleep(0.2)
+    assert len(_hardware(tmp_path)) == count           # stopped with the run
+    sample = _hardware(tmp_path)[0]
+    assert sample["rss_gb"] > 0 and sample["mem_used_gb"] > 0
+
+
+def _hardware(tmp_path):
+    return read_rank_log(str(tmp_path / "rank_0.jsonl")).of_kind("hardware")

@@ -40,8 +40,8 @@ def wait_for(condition, timeout=3.0):
 def test_samples_on_schedule_and_stops_promptly():
     got = []
     sampler = HardwareSampler(interval_s=0.05, on_sample=got.append, host=Fake(HOST),
-                              devices=[Fake([DEVICE])], framework_memory=Fake({"allocated_mb": 1.0}),
-                              clock=lambda: 42.0)
+                              devices=[Fake([DEVICE])],
+                              framework_memory=Fake({"allocated_mb": 1.0}), clock=lambda: 42.0)
     started = time.monotonic()
     sampler.start()
     sampler.start()  # idempotent: still one thread
@@ -144,7 +144,7 @@ def test_default_probes_pick_npu_smi_on_path(tmp_path, monkeypatch, npu_smi_fixt
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
     probes = default_probes()
-    assert [type(p) for p in probes["devices"]] == [NpuSmiProbe, NvmlProbe]
+    assert [type(p) for p in probes["devices"]] == [NpuSmiProbe]    # no NVIDIA driver here
     got = []
     sample = HardwareSampler(interval_s=1, on_sample=got.append, **probes).sample_once()
     npus = [d for d in sample.devices if d.type == "npu"]
@@ -159,5 +159,10 @@ def test_default_probes_pick_npu_smi_on_path(tmp_path, monkeypatch, npu_smi_fixt
 
 def test_default_probes_without_npu_smi(tmp_path):
     probes = default_probes(env={"PATH": str(tmp_path)}, framework_reader=lambda: {"a_mb": 2})
-    assert [type(p) for p in probes["devices"]] == [NvmlProbe]
+    assert probes["devices"] == []          # neither npu-smi nor an NVIDIA driver here
+    fake_driver = tmp_path / "nvidia-smi"
+    fake_driver.write_text("#!/bin/sh\n")
+    fake_driver.chmod(0o755)
+    with_driver = default_probes(env={"PATH": str(tmp_path)})
+    assert [type(p) for p in with_driver["devices"]] == [NvmlProbe]
     assert probes["framework_memory"].sample() == {"a_mb": 2.0}

@@ -1,12 +1,14 @@
 """Detectors: one small class per rule family (see base.Detector)."""
 from .base import Detector
 from .grad_bounds import GradBoundsDetector
+from .hardware import MemoryPressureDetector, OverheatDetector
 from .loss_rising import LossRisingDetector
 from .lr_anomaly import LrAnomalyDetector
 from .nonfinite import NonFiniteDetector
 from .spike import SpikeDetector, grad_spike, loss_spike
 
-__all__ = ["build_detectors", "Detector", "GradBoundsDetector", "LossRisingDetector", "LrAnomalyDetector",
+__all__ = ["build_detectors", "Detector", "GradBoundsDetector", "MemoryPressureDetector",
+           "OverheatDetector", "LossRisingDetector", "LrAnomalyDetector",
            "NonFiniteDetector", "SpikeDetector", "grad_spike", "loss_spike"]
 
 
@@ -23,4 +25,8 @@ def build_detectors(settings) -> list:
                    **spike),
         LossRisingDetector(window=settings.loss_rising_window, min_rise=settings.loss_rising_min),
         LrAnomalyDetector(jump_factor=settings.lr_jump_factor),
+        OverheatDetector(max_temperature_c=settings.max_temperature_c,
+                         consecutive=settings.overheat_samples),
+        MemoryPressureDetector(device_fraction=settings.memory_pressure_device,
+                               host_available_fraction=settings.memory_pressure_host),
     ]

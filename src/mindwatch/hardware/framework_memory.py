@@ -15,8 +15,8 @@ Reader = Callable[[], Mapping[str, Any]]
 class FrameworkMemoryProbe:
     """``sample()`` returns the reader's dict with every value a float, a string or ``None``.
 
-    Numbers become floats; non-finite numbers and other objects become ``None`` (the run log never holds a made-up
-    number). When the reader raises, the sample is ``None`` and the problem is queued once per
+    Numbers become floats; non-finite numbers and other objects become ``None`` (the run
+    log never holds a made-up number). When the reader raises, the sample is ``None`` and the problem is queued once per
     exception type for ``pop_new_messages``; it is asked again next time, since allocator
     queries can fail transiently (a device being reset). Never raises.
     """

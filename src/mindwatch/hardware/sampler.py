@@ -44,8 +44,9 @@ def default_probes(*, all_devices: bool = False, env: Optional[Mapping[str, str]
 
     Host through psutil (when missing, a stand-in that says how to install it); NPUs
     through ``npu-smi`` when it is on ``PATH`` (this rank's devices from
-    ``visible_devices_from_env``, or every one with ``all_devices``); GPUs through NVML,
-    which turns itself off on its first sample where there is no driver.
+    ``visible_devices_from_env``, or every one with ``all_devices``); GPUs through NVML
+    where an NVIDIA driver is installed (it turns itself off, saying why once, when the
+    driver finds no GPU).
     """
     env = os.environ if env is None else env
     try:
@@ -58,9 +59,17 @@ def default_probes(*, all_devices: bool = False, env: Optional[Mapping[str, str]
     if npu_smi is not None:  # the found path: ``env``'s PATH may not be this process's
         devices.append(NpuSmiProbe(executable=npu_smi,
                                    devices=None if all_devices else visible_devices_from_env(env)))
-    devices.append(NvmlProbe())
+    if _nvidia_driver_present(env):
+        devices.append(NvmlProbe())
     framework = FrameworkMemoryProbe(framework_reader) if framework_reader is not None else None
     return {"host": host, "devices": devices, "framework_memory": framework}
+
+
+def _nvidia_driver_present(env: Mapping[str, str]) -> bool:
+    """NVML only where an NVIDIA driver is installed: elsewhere (CPU hosts, Ascend nodes) the
+    probe could only say, on every run, that there is no GPU."""
+    return (os.path.exists("/proc/driver/nvidia/version")
+            or shutil.which("nvidia-smi", path=env.get("PATH")) is not None)
 
 
 class HardwareSampler:
@@ -122,7 +131,7 @@ class HardwareSampler:
         self._stop.set()
         if thread is None:
             return True
-        if thread is not threading.current_thread():  # stop() from inside on_sample
+        if thread is not threading.current_thread():  # from on_sample: no self-join
             thread.join(self.join_timeout_s if timeout_s is None else timeout_s)
         return not thread.is_alive() or thread is threading.current_thread()
 

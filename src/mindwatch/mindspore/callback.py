@@ -14,6 +14,8 @@ from .checkpoint import resume_snippet, save_atomically
 from .distributed import current_rank
 from .layers import LayerGrouping
 from .lr import applied_lrs
+from .memory import mindspore_memory_reader
+from .summary import summary_event_class
 from .outputs import read_outputs
 from .wrap import MonitoredTrainStep
 
@@ -27,9 +29,12 @@ class TrainMonitor(Callback):
 
     def __init__(self, log_dir: str, *, stream=None, clock=None, **settings: Any):
         rank = current_rank()
-        self.monitor = Monitor(log_dir, rank=rank.rank, world_size=rank.world_size,
-                               stream=stream, clock=clock,
-                               versions={"mindspore": ms.__version__}, **settings)
+        self.monitor = Monitor(
+            log_dir, rank=rank.rank, world_size=rank.world_size, local_rank=rank.local_rank,
+            stream=stream, clock=clock, versions={"mindspore": ms.__version__},
+            summary_event_class=summary_event_class() if settings.get("mindinsight") else None,
+            **settings)
+        self.monitor.framework_memory_reader = mindspore_memory_reader()
         self.monitor.resume_snippet = resume_snippet
         self.monitor.checkpointer = self._save_checkpoint
         self.train_step: Optional[MonitoredTrainStep] = None

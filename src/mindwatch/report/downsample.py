@@ -19,6 +19,7 @@ C builtins (``min``, ``list.index``, slicing), about 0.1 s per million points.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 Series = Tuple[List[float], List[float]]
@@ -54,7 +55,7 @@ def _nonfinite_events(values: Sequence[float], indices: List[int]) -> List[int]:
     return events
 
 
-def _min_max(values: List[float], positions: List[int], buckets: int) -> List[int]:
+def _min_max(values: List[float], positions: Sequence[int], buckets: int) -> List[int]:
     """Positions of the min and max of each of ``buckets`` equal slices of ``values``."""
     chosen: List[int] = []
     count = len(values)
@@ -71,6 +72,18 @@ def _min_max(values: List[float], positions: List[int], buckets: int) -> List[in
     return chosen
 
 
+def _positions(steps: Sequence[float], known: Sequence[int], keep: set) -> List[int]:
+    """Indices (among ``known``) whose step is in ``keep``; bisection when steps ascend."""
+    if not keep:
+        return []
+    if isinstance(known, range) and list(steps) == sorted(steps):   # C speed, ~10 ns a step
+        found: List[int] = []
+        for step in keep:
+            found.extend(range(bisect_left(steps, step), bisect_right(steps, step)))
+        return found
+    return [i for i in known if steps[i] in keep]
+
+
 def downsample(steps: Sequence[float], values: Sequence[Optional[float]], max_points: int,
                keep: Iterable[float] = ()) -> Series:
     """At most ``max_points`` points of the series (more only when ``keep`` alone is larger).
@@ -81,26 +94,29 @@ def downsample(steps: Sequence[float], values: Sequence[Optional[float]], max_po
         raise ValueError(f"max_points must be >= 2; got {max_points}")
     if len(steps) != len(values):
         raise ValueError(f"steps and values differ in length: {len(steps)} != {len(values)}")
-    known = [i for i, v in enumerate(values) if v is not None]
+    # The common case (no None, all finite) stays in C loops: `in`, map, slicing.
+    known: Sequence[int] = range(len(values)) if None not in values else \
+        [i for i, v in enumerate(values) if v is not None]
     if len(known) <= max_points:
         return [steps[i] for i in known], [values[i] for i in known]
-
-    finite = [i for i in known if math.isfinite(values[i])]
-    nonfinite = [i for i in known if not math.isfinite(values[i])] if len(finite) < len(known) \
-        else []
-    keep_set = set(keep)
-    forced = set()
+    # A finite float sum means no NaN and no inf (an inf term makes it inf or NaN); a sum that
+    # overflows only sends the series down the slower, exact path.
+    if isinstance(known, range) and math.isfinite(sum(values)):
+        finite: Sequence[int] = known
+        finite_values, nonfinite = list(values), []
+    else:
+        finite = [i for i in known if math.isfinite(values[i])]
+        nonfinite = [i for i in known if not math.isfinite(values[i])]
+        finite_values = [values[i] for i in finite]
+    forced = set(_positions(steps, known, set(keep)))
     if finite:
         forced.update((finite[0], finite[-1]))
-    if keep_set:
-        forced.update(i for i in known if steps[i] in keep_set)
     budget = max(max_points - len(forced), 0)
     # Non-finite events get at most a quarter of the budget: they are rare in a healthy run
     # and, when they are not, evenly spaced markers still show where they happened.
     events = _thin(_nonfinite_events(values, nonfinite), budget // 4) if nonfinite else []
     forced.update(events)
     budget = max(max_points - len(forced), 0)
-    finite_values = [values[i] for i in finite]
     chosen = _min_max(finite_values, finite, budget // 2) if budget >= 2 else []
     picked = sorted(forced.union(chosen))
     return [steps[i] for i in picked], [values[i] for i in picked]

@@ -115,21 +115,8 @@ def read_records(path: str) -> Iterator[bytes]:
         offset = end
 
 
-def event_class():
-    """MindSpore's summary ``Event`` protobuf class, or a loud ImportError."""
-    try:
-        from mindspore.train.summary_pb2 import Event
-    except ImportError as exc:
-        raise ImportError(
-            "the MindInsight sink (mindinsight=True) writes MindSpore's summary format and needs "
-            "MindSpore's protobuf classes: pip install mindspore   (MindInsight itself is not "
-            "needed to write, only to view)") from exc
-    return Event
-
-
-def read_events(path: str) -> Iterator[Any]:
+def read_events(path: str, event_type: Any) -> Iterator[Any]:
     """The parsed ``Event`` messages of a summary file (ours or MindSpore's)."""
-    event_type = event_class()
     for payload in read_records(path):
         yield event_type.FromString(payload)
 
@@ -141,10 +128,14 @@ def _host() -> str:
 
 class MindInsightSink(Sink):
     """Scalars for MindInsight, the same names and values as ``TensorBoardSink``.
-    ``write`` may be called from several threads (one lock around encode + write)."""
+    ``write`` may be called from several threads (one lock around encode + write).
 
-    def __init__(self, log_dir: str, rank: int = 0):
-        self._event = event_class()
+    ``event_class`` is MindSpore's summary ``Event`` protobuf class, handed in by the
+    MindSpore adapter (``mindwatch.mindspore.summary.summary_event_class``) so that this
+    module, like the rest of the core, never imports MindSpore."""
+
+    def __init__(self, log_dir: str, rank: int = 0, *, event_class: Any):
+        self._event = event_class
         self.rank = rank
         self.directory = os.path.join(log_dir, "summary", f"mindwatch_rank{rank}")
         os.makedirs(self.directory, exist_ok=True)

@@ -135,21 +135,33 @@ class TensorBoardSink(Sink):
     sharing a run directory never write into one event file and TensorBoard lists them as
     runs ``rank_0``, ``rank_1``, ...
 
-    Buffering: tensorboardX queues events and a background thread writes them every
-    ``flush_secs`` seconds (5 by default, so a live TensorBoard lags at most that) or when
-    the queue is full; anomalies are flushed at once. ``close`` flushes everything.
-    ``write`` may be called from several threads (a lock guards the step bookkeeping)."""
+    Each record's scalars go out as ONE event (a ``Summary`` with several values, which
+    TensorBoard reads like separate ``add_scalar`` calls). ``add_scalar`` per value would cost
+    a queue hand-off per value (~0.2 ms per step record, ~1 ms per hardware record of 8
+    devices, against ~0.05/0.1 ms this way) and log a warning for every non-finite value,
+    which a diverged run would repeat every step (the run log reports those as anomalies).
+
+    Buffering: tensorboardX hands events to a background thread that writes them and flushes
+    the file at most ``flush_secs`` seconds (5 by default) after new data, so a live
+    TensorBoard lags by at most that; ``flush()`` cannot hurry events still in that thread's
+    queue. ``close`` writes and flushes everything. ``write`` may be called from several
+    threads (a lock guards the step bookkeeping)."""
 
     def __init__(self, log_dir: str, rank: int = 0, *, flush_secs: int = 5):
         try:
             from tensorboardX import SummaryWriter
+            from tensorboardX.proto.summary_pb2 import Summary
         except ImportError as exc:
             raise ImportError(
                 "the TensorBoard sink (tensorboard=True) needs the tensorboardX package: "
                 "pip install tensorboardX   (or: pip install 'mindwatch[tensorboard]')") from exc
         self.directory = os.path.join(log_dir, "tensorboard", f"rank_{rank}")
         os.makedirs(self.directory, exist_ok=True)
-        self._writer = SummaryWriter(logdir=self.directory, flush_secs=flush_secs)
+        # max_queue: events held before add_* blocks on the writer thread (default 10 would
+        # make a burst of records wait for disk).
+        self._writer = SummaryWriter(logdir=self.directory, flush_secs=flush_secs,
+                                     max_queue=1000)
+        self._summary = Summary
         self._view = ScalarView()
         self._lock = threading.Lock()
 
@@ -160,13 +172,14 @@ class TensorBoardSink(Sink):
             point = self._view.point(record)
             if point is None:
                 return
-            for name, value in point.scalars:
-                self._writer.add_scalar(name, value, global_step=point.step,
-                                        walltime=point.wall_time)
+            if point.scalars:
+                values = [self._summary.Value(tag=name, simple_value=value)
+                          for name, value in point.scalars]     # simple_value: float32
+                self._writer.file_writer.add_summary(self._summary(value=values),
+                                                     point.step, point.wall_time)
             if point.anomaly is not None:
                 self._writer.add_text("anomalies", anomaly_text(point.anomaly),
                                       global_step=point.step, walltime=point.wall_time)
-                self._writer.flush()       # an anomaly should show up now, not in 5 s
 
     def flush(self) -> None:
         with self._lock:

@@ -1,0 +1,240 @@
+// mindwatch report: draws the panels described in the #mw-data JSON block as inline SVG.
+// Vanilla JS, no dependencies and no network, so the report opens anywhere, offline.
+// Data format (built by mindwatch/report/html.py): {panels: [{id, title, log (true|false|
+// "auto"), hlines: [{y, label}], markers (bool), lines: [{label, rank, x: [], y: [],
+// faint, dash, spread}]}], anomalies: [{step, rank, kind, message}]}. Non-finite values
+// arrive as the strings "NaN", "Infinity", "-Infinity" (the JSON stays strict).
+(function () {
+  "use strict";
+  var SVG = "http://www.w3.org/2000/svg";
+  var PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
+                 "#17becf", "#bcbd22"];
+  var SPREAD = {min: "#2ca02c", median: "#1f77b4", max: "#ff7f0e"};
+  var DASHES = ["", "6 3", "2 2"];
+  var W = 1200, H = 250, L = 72, R = 16, T = 10, B = 28;
+
+  function num(v) {
+    if (typeof v === "number") return v;
+    if (v === "NaN") return NaN;
+    if (v === "Infinity") return Infinity;
+    if (v === "-Infinity") return -Infinity;
+    return null;
+  }
+
+  // Same rules as mindwatch.format.number: significant digits, exponent outside [1e-3, 1e5).
+  function fmt(v, digits) {
+    digits = digits || 4;
+    if (v === null || v === undefined) return "-";
+    if (isNaN(v)) return "nan";
+    if (!isFinite(v)) return v > 0 ? "inf" : "-inf";
+    var m = Math.abs(v);
+    if (m !== 0 && (m >= 1e5 || m < 1e-3)) return v.toExponential(digits - 1);
+    return String(Number(v.toPrecision(digits)));
+  }
+
+  function el(name, attrs, parent) {
+    var node = document.createElementNS(SVG, name);
+    for (var k in attrs) node.setAttribute(k, attrs[k]);
+    if (parent) parent.appendChild(node);
+    return node;
+  }
+
+  function html(tag, cls, text, parent) {
+    var node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined) node.textContent = text;   // textContent: log text is never markup
+    if (parent) parent.appendChild(node);
+    return node;
+  }
+
+  function colour(line) {
+    return line.spread ? SPREAD[line.spread] : PALETTE[line.rank % PALETTE.length];
+  }
+
+  function niceTicks(lo, hi, log) {   // log: lo/hi are log10 values, so are the ticks
+    var out = [], i;
+    if (log && hi - lo >= 1) {
+      var step = Math.max(1, Math.ceil((Math.ceil(hi) - Math.floor(lo)) / 8));
+      for (i = Math.floor(lo); i <= Math.ceil(hi); i += step) if (i >= lo && i <= hi) out.push(i);
+      return out;
+    }
+    if (log) {   // less than a decade: round values, placed on the log scale
+      return niceTicks(Math.pow(10, lo), Math.pow(10, hi), false).filter(function (v) {
+        return v > 0;
+      }).map(Math.log10);
+    }
+    var raw = (hi - lo) / 5 || 1, base = Math.pow(10, Math.floor(Math.log10(raw)));
+    var mult = [1, 2, 5, 10].find(function (m) { return m * base >= raw; });
+    var s = mult * base;
+    for (i = Math.ceil(lo / s); i <= Math.floor(hi / s); i++) out.push(i * s);
+    return out;
+  }
+
+  function tickLabel(v, log) {   // decades read best as 0.01, 1000, 1e+06
+    if (!log) return fmt(v, 3);
+    var e = Math.round(Math.log10(v));
+    if (Math.abs(Math.pow(10, e) - v) > 1e-9 * v) return fmt(v, 3);
+    return e >= -3 && e <= 5 ? String(Number(v.toPrecision(1))) : "1e" + (e > 0 ? "+" : "") + e;
+  }
+
+  function useLog(panel, values) {
+    if (panel.log === true) return true;
+    if (panel.log !== "auto" || !values.length) return false;
+    var e = extent(values);
+    return e[0] > 0 && e[1] / e[0] > 30;   // a spike of 1000x flattens a linear axis to nothing
+  }
+
+  function extent(arr) {
+    var lo = Infinity, hi = -Infinity;
+    for (var i = 0; i < arr.length; i++) {
+      if (arr[i] < lo) lo = arr[i];
+      if (arr[i] > hi) hi = arr[i];
+    }
+    return [lo, hi];
+  }
+
+  function bisect(xs, x) {   // index of the point nearest to x in a sorted array
+    var lo = 0, hi = xs.length - 1;
+    while (hi - lo > 1) { var mid = (lo + hi) >> 1; if (xs[mid] < x) lo = mid; else hi = mid; }
+    return Math.abs(xs[lo] - x) <= Math.abs(xs[hi] - x) ? lo : hi;
+  }
+
+  function renderPanel(panel, root) {
+    var box = html("section", "panel", undefined, root);
+    box.id = "panel-" + panel.id;
+    box.style.position = "relative";
+    html("h3", "", panel.title, box);
+    var lines = panel.lines.map(function (line) {
+      return {src: line, x: line.x, y: line.y.map(num)};
+    });
+    var finite = [], xs = [];
+    lines.forEach(function (l) {
+      l.y.forEach(function (v, i) { if (isFinite(v)) finite.push(v); xs.push(l.x[i]); });
+    });
+    if (!finite.length) { html("p", "nodata", "no data in this run", box); return; }
+    var legend = html("div", "legend", undefined, box);
+    lines.forEach(function (l) {
+      var item = html("span", "", undefined, legend);
+      var sw = html("i", "", undefined, item);
+      sw.style.background = colour(l.src);
+      sw.style.opacity = l.src.faint ? 0.4 : 1;
+      item.appendChild(document.createTextNode(l.src.label));
+    });
+    var hlines = panel.hlines || [];
+    var log = useLog(panel, finite);
+    var ys = finite.concat(hlines.map(function (h) { return h.y; }));
+    if (log) ys = ys.filter(function (v) { return v > 0; }).map(Math.log10);
+    var ye = extent(ys), xe = extent(xs);
+    var pad = (ye[1] - ye[0]) * 0.05 || 0.5;
+    var y0 = ye[0] - pad, y1 = ye[1] + pad, x0 = xe[0], x1 = xe[1] > xe[0] ? xe[1] : xe[0] + 1;
+    function px(x) { return L + (x - x0) / (x1 - x0) * (W - L - R); }
+    function py(v) { return H - B - ((log ? Math.log10(v) : v) - y0) / (y1 - y0) * (H - T - B); }
+    var svg = el("svg", {viewBox: "0 0 " + W + " " + H, role: "img"}, box);
+    el("title", {}, svg).textContent = panel.title;
+    niceTicks(y0, y1, log).forEach(function (t) {
+      var v = log ? Math.pow(10, t) : t, y = py(v);
+      el("line", {x1: L, x2: W - R, y1: y, y2: y, stroke: "#eceff2"}, svg);
+      el("text", {x: L - 6, y: y + 4, "text-anchor": "end", "font-size": 11, fill: "#5b6670"},
+         svg).textContent = tickLabel(v, log);
+    });
+    niceTicks(x0, x1, false).forEach(function (t) {
+      el("line", {x1: px(t), x2: px(t), y1: H - B, y2: H - B + 4, stroke: "#5b6670"}, svg);
+      el("text", {x: px(t), y: H - B + 16, "text-anchor": "middle", "font-size": 11,
+                  fill: "#5b6670"}, svg).textContent = String(t);
+    });
+    el("text", {x: W - R, y: H - 2, "text-anchor": "end", "font-size": 11, fill: "#5b6670"},
+       svg).textContent = "step";
+    el("rect", {x: L, y: T, width: W - L - R, height: H - T - B, fill: "none",
+                stroke: "#9aa4ad"}, svg);
+    if (panel.markers) {
+      (DATA.anomalies || []).forEach(function (a) {
+        if (typeof a.step !== "number" || a.step < x0 || a.step > x1) return;
+        var g = el("g", {"class": "anomaly-marker"}, svg);
+        el("title", {}, g).textContent = a.kind + " at step " + a.step + " (rank " + a.rank +
+          ")" + (a.message ? ": " + a.message : "");
+        el("line", {x1: px(a.step), x2: px(a.step), y1: T, y2: H - B, stroke: "#d9534f",
+                    "stroke-dasharray": "3 3", "stroke-opacity": 0.7}, g);
+        // a wide transparent twin, so the tooltip is easy to hit with the mouse
+        el("line", {x1: px(a.step), x2: px(a.step), y1: T, y2: H - B, stroke: "transparent",
+                    "stroke-width": 8}, g);
+      });
+    }
+    hlines.forEach(function (h) {
+      if (log && h.y <= 0) return;
+      el("line", {x1: L, x2: W - R, y1: py(h.y), y2: py(h.y), stroke: "#c0392b",
+                  "stroke-dasharray": "8 4"}, svg);
+      el("text", {x: W - R - 4, y: py(h.y) - 4, "text-anchor": "end", "font-size": 11,
+                  fill: "#c0392b"}, svg).textContent = h.label;
+    });
+    lines.forEach(function (l) {
+      var segs = [], cur = [];
+      l.y.forEach(function (v, i) {
+        if (isFinite(v) && (!log || v > 0)) {
+          cur.push(px(l.x[i]).toFixed(1) + "," + py(v).toFixed(1));
+          return;
+        }
+        if (cur.length) segs.push(cur);
+        cur = [];
+        if (!isFinite(v) && v !== null) {   // NaN / inf: an event, marked on the top edge
+          var x = px(l.x[i]);
+          var tri = el("path", {d: "M" + (x - 5) + "," + T + "h10l-5,8z", fill: "#c0392b",
+                                "class": "nonfinite"}, svg);
+          el("title", {}, tri).textContent = l.src.label + ": " + fmt(v) + " at step " + l.x[i];
+        }
+      });
+      if (cur.length) segs.push(cur);
+      segs.forEach(function (s) {
+        if (s.length === 1) s.push(s[0]);
+        el("polyline", {points: s.join(" "), fill: "none", stroke: colour(l.src),
+                        "stroke-width": l.src.faint ? 1 : 1.6, "stroke-opacity":
+                        l.src.faint ? 0.4 : 1, "stroke-dasharray": DASHES[l.src.dash || 0],
+                        "stroke-linejoin": "round"}, svg);
+      });
+    });
+    hover(svg, box, lines, px, x0, x1);
+  }
+
+  // Crosshair and a tooltip with every line's value at the nearest plotted step.
+  function hover(svg, box, lines, px, x0, x1) {
+    var cross = el("line", {y1: T, y2: H - B, stroke: "#888", visibility: "hidden"}, svg);
+    var tip = html("div", "tip", undefined, box);
+    tip.style.display = "none";
+    svg.addEventListener("mousemove", function (ev) {
+      var r = svg.getBoundingClientRect(), sx = (ev.clientX - r.left) * W / r.width;
+      if (sx < L || sx > W - R) { svg.onmouseleave(); return; }
+      var x = x0 + (sx - L) / (W - L - R) * (x1 - x0), text = [], best = null;
+      lines.forEach(function (l) {
+        if (!l.x.length) return;
+        var i = bisect(l.x, x);
+        if (best === null || Math.abs(l.x[i] - x) < Math.abs(best - x)) best = l.x[i];
+        text.push(l.src.label + ": " + fmt(l.y[i]) + " (step " + l.x[i] + ")");
+      });
+      cross.setAttribute("x1", px(best));
+      cross.setAttribute("x2", px(best));
+      cross.setAttribute("visibility", "visible");
+      tip.textContent = text.join("\n");
+      tip.style.display = "block";
+      var bx = box.getBoundingClientRect();
+      tip.style.left = Math.min(ev.clientX - bx.left + 12, bx.width - tip.offsetWidth - 4) + "px";
+      tip.style.top = (ev.clientY - bx.top + 12) + "px";
+    });
+    svg.onmouseleave = function () {
+      cross.setAttribute("visibility", "hidden");
+      tip.style.display = "none";
+    };
+  }
+
+  var DATA = JSON.parse(document.getElementById("mw-data").textContent);
+  var root = document.getElementById("panels"), main = document.getElementById("report");
+  var rendered = 0;
+  DATA.panels.forEach(function (panel) {
+    try {
+      renderPanel(panel, root);
+      rendered += 1;
+    } catch (e) {   // one broken panel must not hide the others; say what broke
+      document.getElementById("errors").textContent += "panel " + panel.id + ": " +
+        (e && e.stack ? e.stack : e) + "\n";
+    }
+  });
+  main.setAttribute("data-rendered", String(rendered));
+})();
