@@ -1,6 +1,12 @@
 import io
+from pathlib import Path
 
 import pytest
+
+# Real recorded npu-smi output lives in <repo>/../shared/fixtures/npu-smi: CI clones the
+# repository with shared/ beside it, as on the development machine. The fixtures are the
+# point of the tests that use them, so their absence fails instead of skipping.
+NPU_SMI_FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "npu-smi"
 
 
 class FakeClock:
@@ -29,3 +35,10 @@ def clock():
 @pytest.fixture
 def stream():
     return io.StringIO()
+
+
+@pytest.fixture(scope="session")
+def npu_smi_fixtures() -> Path:
+    if not (NPU_SMI_FIXTURES / "README.md").is_file():
+        pytest.fail(f"npu-smi fixtures missing: expected them in {NPU_SMI_FIXTURES}")
+    return NPU_SMI_FIXTURES
