@@ -14,11 +14,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 
 from . import records
 from .anomaly import (GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH,
-                      Anomaly)
+                      PEER_STOP, Anomaly)
 from .anomaly_report import HISTORY_STEPS, write_report
 from .clock import Clock, SystemClock
 from .detectors import Detector, build_detectors
 from .observation import HardwareSample, StepObservation
+from .peers import USER_STOP, Peers, stop_code
 from .policy import Policy
 from .rank import RankInfo, rank_from_env
 from .run_dir import prepare
@@ -66,6 +67,9 @@ class Monitor:
         self.versions = {"mindwatch": __version__, "mindspore": None,
                          "python": platform.python_version(), **(versions or {})}
         self.policy = Policy(self.settings.policies)
+        self.peers = Peers(rank=self.rank, world_size=self.world_size, policy=self.policy,
+                           straggler_window=self.settings.straggler_window,
+                           straggler_factor=self.settings.straggler_factor)
         self.detectors: List[Detector] = build_detectors(self.settings)
         self.console = ConsoleSink(
             rank=self.rank, print_interval=self.settings.print_interval, stream=stream,
@@ -313,7 +317,8 @@ class Monitor:
     def _act(self, found: List[Anomaly]) -> None:
         checkpoint = None
         for anomaly in found:
-            anomaly.actions = self.policy.actions_for(anomaly.kind)
+            if not anomaly.actions:      # peer stops come with the originating rank's actions
+                anomaly.actions = self.policy.actions_for(anomaly.kind)
             if "checkpoint" in anomaly.actions:
                 if checkpoint is None and self.checkpointer is not None:
                     checkpoint = self.checkpointer(anomaly.step or self.last_step)
@@ -383,8 +388,34 @@ class Monitor:
     def _stop_summary(self) -> Optional[Dict[str, Any]]:
         if self.stop_requested is None:
             return None
+        if self.peers.origin is not None:
+            rank, reason = self.peers.origin
+            return {"anomaly": reason, "step": self.stop_requested.step, "rank": rank}
         return {"anomaly": self.stop_requested.kind, "step": self.stop_requested.step,
                 "rank": self.rank}
+
+    # -- several ranks ------------------------------------------------------------------------
+    def stop_code(self) -> int:
+        """This rank's wish to stop, as a number to share with the other ranks."""
+        if self.stop_requested is None:
+            return 0
+        return stop_code(self.stop_requested.kind if self.stop_requested.kind != PEER_STOP
+                         else None)
+
+    def request_stop(self) -> None:
+        """The user (or another callback) asked to stop: every rank stops after this step."""
+        if self.stop_requested is None:
+            self.stop_requested = Anomaly(USER_STOP, self.last_step or None, None, None,
+                                          "stop requested by the user", actions=["stop"])
+
+    def observe_peers(self, *, step: int, stop_codes: List[int], data_times: List[float],
+                      step_time_s: Optional[float] = None) -> List[Anomaly]:
+        """What the other ranks said after ``step``: stops to follow, stragglers."""
+        found = self.peers.findings(step=step, stop_codes=stop_codes, data_times=data_times,
+                                    step_time_s=step_time_s,
+                                    stopping=self.stop_requested is not None)
+        self._act(found)
+        return found
 
     def _emit(self, kind: str, _time: Optional[float] = None, **fields: Any) -> None:
         record = {"kind": kind, "rank": self.rank,

@@ -77,6 +77,10 @@ class MonitorSettings:
     loss_rising_min: float = 0.1
     # learning rate: an upward jump by more than this factor in one step
     lr_jump_factor: float = 10.0
+    # several ranks: a rank whose pre-step time (data, host work) is this many times the
+    # others', as a median over the window, is a straggler
+    straggler_window: int = 20
+    straggler_factor: float = 2.0
     # per-layer gradient norms (wrap(per_layer_norms=True)) go into the log every N steps
     layer_norms_interval: int = 50
     # what to do
@@ -119,6 +123,8 @@ class MonitorSettings:
         check_int("loss_rising_window", self.loss_rising_window, minimum=4)
         check_number("loss_rising_min", self.loss_rising_min, low=0.0, low_open=True)
         check_int("layer_norms_interval", self.layer_norms_interval, minimum=1)
+        check_int("straggler_window", self.straggler_window, minimum=2)
+        check_number("straggler_factor", self.straggler_factor, low=1.0, low_open=True)
         self.policies = resolve_policies(self.on_anomaly)
         check_number("max_temperature_c", self.max_temperature_c, low=0.0, low_open=True)
         check_int("overheat_samples", self.overheat_samples, minimum=1)

@@ -11,7 +11,8 @@ from ..anomaly import Anomaly
 from ..monitor import Monitor
 from ..settings import check_bool, check_number
 from .checkpoint import resume_snippet, save_atomically
-from .distributed import current_rank
+from .consensus import RankConsensus
+from .distributed import communication_initialised, current_rank
 from .layers import LayerGrouping
 from .lr import applied_lrs
 from .memory import mindspore_memory_reader
@@ -43,6 +44,8 @@ class TrainMonitor(Callback):
         self._mark: Optional[float] = None
         self._said_grads_off = False
         self._layers: Optional[LayerGrouping] = None
+        self._consensus: Optional[RankConsensus] = None
+        self._data_time: Optional[float] = None
 
     # -- public API -------------------------------------------------------------------
     @property
@@ -102,9 +105,28 @@ class TrainMonitor(Callback):
             device_target=ms.get_context("device_target"),
             dataset_sink_mode=bool(getattr(cb, "dataset_sink_mode", False)))
         self._mark = self.monitor.clock.perf_counter()
+        self._data_time = None
+        if self.monitor.world_size > 1 and self._consensus is None:
+            self._consensus = self._make_consensus()
+
+    def _make_consensus(self) -> Optional[RankConsensus]:
+        rank = current_rank()
+        if rank.world_size == self.monitor.world_size and communication_initialised():
+            return RankConsensus(rank.rank, rank.world_size)
+        self.monitor.notice(
+            f"{self.monitor.world_size} ranks but MindSpore communication is not initialised "
+            "(mindspore.communication.init()): each rank stops on its own anomalies only, and "
+            "stragglers are not detected")
+        return None
 
     def on_train_epoch_begin(self, run_context) -> None:
         self._mark = self.monitor.clock.perf_counter()
+
+    def on_train_step_begin(self, run_context) -> None:
+        # From the previous step's end to here this rank fetched its batch and did host work:
+        # the part of a step in which the other ranks wait for a straggler.
+        if self._mark is not None:
+            self._data_time = self.monitor.clock.perf_counter() - self._mark
 
     def on_train_step_end(self, run_context) -> None:
         now = self.monitor.clock.perf_counter()
@@ -130,7 +152,15 @@ class TrainMonitor(Callback):
             steps=covered, step_time_s=step_time, batch_size=self._batch_size(cb),
             layer_grad_norms=None if out.param_sq_norms is None or self._layers is None
             else self._layers.norms(out.param_sq_norms),
-            extra=out.extra)
+            extra=dict(out.extra, data_time_s=self._data_time))
+        if run_context.get_stop_requested():      # a callback before this one asked
+            self.monitor.request_stop()
+        if self._consensus is not None:
+            # Every rank calls this once per step end, so the collective always pairs up.
+            shared = self._consensus.exchange(self.monitor.stop_code(), self._data_time or 0.0)
+            self.monitor.observe_peers(step=step, stop_codes=shared.stop_codes,
+                                       data_times=shared.data_times, step_time_s=step_time)
+        self._data_time = None
         if self.monitor.stop_requested is not None:
             run_context.request_stop()
 

@@ -4,6 +4,14 @@ from __future__ import annotations
 from ..rank import RankInfo, rank_from_env
 
 
+def communication_initialised() -> bool:
+    try:
+        from mindspore.communication.management import GlobalComm
+        return bool(GlobalComm.INITED)
+    except ImportError:
+        return False
+
+
 def current_rank() -> RankInfo:
     env = rank_from_env()
     try:

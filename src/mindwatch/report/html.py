@@ -166,8 +166,11 @@ def build_panels(run: RunLog, max_points: int = 2000,
                        "lines": _spread(scans, "step_time_s", n)})
     if any(scan["hardware"]["x"] for scan in scans):
         panels += _hardware_panels(scans, n, hlines("max_temperature_c"))
+    # One step axis for every panel, so a hardware curve lines up with the loss above it.
+    xs = [x for panel in panels for line in panel["lines"] for x in line["x"]]
     for panel in panels:
-        panel.setdefault("markers", panel["id"] in PNG_PANELS or panel["id"] == "throughput")
+        panel["markers"] = True            # anomalies are steps: every panel shows them
+        panel["x_range"] = [min(xs), max(xs)] if xs else None
     return panels
 
 
@@ -183,8 +186,9 @@ def _hardware_panels(scans, n: int, temp_lines) -> List[Dict[str, Any]]:
                                  series[name], n, (), dash=dash % 3, **style))
         return out
 
-    host_memory = lines("mem_used_gb") + [dict(line, label=line["label"] + " process RSS",
-                                               dash=1) for line in lines("rss_gb")]
+    host_memory = [dict(line, label=line["label"] + " used") for line in lines("mem_used_gb")]
+    host_memory += [dict(line, label=line["label"] + " process RSS", dash=1)
+                    for line in lines("rss_gb")]
     panels = [
         {"id": "cpu", "title": "Host CPU (%)", "lines": lines("cpu_percent")},
         {"id": "host_memory", "title": "Host memory used and process RSS (GB)",
@@ -312,21 +316,25 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: Optional[str]
 
 
 _CSS = """
-body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;background:#f6f7f9;color:#1d2329}
+body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;background:#f6f7f9;
+  color:#1d2329}
 main{max-width:1280px;margin:0 auto;padding:16px 24px}
 h1{font-size:20px;margin:8px 0 2px;word-break:break-all}h2{font-size:16px;margin:24px 0 8px}
 .meta{color:#5b6670;margin:0 0 12px}
-.errors:not(:empty){white-space:pre-wrap;background:#fde8e8;color:#9b1c1c;padding:8px;border-radius:4px}
-.panel{background:#fff;border:1px solid #dde1e5;border-radius:6px;margin:0 0 12px;padding:8px 12px}
+.errors:not(:empty){white-space:pre-wrap;background:#fde8e8;color:#9b1c1c;padding:8px}
+.panel{background:#fff;border:1px solid #dde1e5;border-radius:6px;margin:0 0 12px;
+  padding:8px 12px}
 .panel h3{font-size:14px;margin:0 0 4px}.legend{font-size:12px;color:#444}
-.legend span{margin-right:12px;white-space:nowrap}.legend i{display:inline-block;width:14px;height:3px;margin-right:4px;vertical-align:middle}
+.legend span{margin-right:12px;white-space:nowrap}
+.legend i{display:inline-block;width:14px;height:3px;margin-right:4px;vertical-align:middle}
 .panel svg{display:block;width:100%;height:auto}.nodata{color:#8a949c;font-style:italic}
 table{border-collapse:collapse;background:#fff;font-size:13px;width:100%}
 th,td{border:1px solid #dde1e5;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#eef1f4}td{word-break:break-word}
 table.anomalies td{white-space:nowrap}table.anomalies td.msg{white-space:normal;width:60%}
 table.config{width:auto}table.config td:first-child{font-family:monospace}
-.tip{position:absolute;pointer-events:none;background:rgba(255,255,255,.95);border:1px solid #aab;padding:4px 6px;font-size:12px;border-radius:4px;white-space:pre}
+.tip{position:absolute;pointer-events:none;background:rgba(255,255,255,.95);border:1px solid #aab;
+  padding:4px 6px;font-size:12px;border-radius:4px;white-space:pre}
 """
 
 
@@ -356,7 +364,7 @@ def _draw_png(panel: Mapping[str, Any], marks: List[int], width: int, height: in
     log = panel.get("log") is True or (panel.get("log") == "auto" and finite and
                                        min(finite) > 0 and max(finite) / min(finite) > 30)
     finite += [h["y"] for h in panel.get("hlines") or ()]
-    xs = [x for ln in lines for x in ln["x"]]
+    xs = panel.get("x_range") or [x for ln in lines for x in ln["x"]]
     if log:
         finite = [math.log10(v) for v in finite if v > 0]
     if not finite or not xs:
@@ -364,51 +372,58 @@ def _draw_png(panel: Mapping[str, Any], marks: List[int], width: int, height: in
         return img
     y0, y1 = min(finite), max(finite)
     y0, y1 = (y0 - 0.5, y1 + 0.5) if y0 == y1 else (y0 - (y1 - y0) * .05, y1 + (y1 - y0) * .05)
-    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    x0, x1 = min(xs), max(xs)
+    x1 = x1 if x1 > x0 else x0 + 1
 
     def px(x):
         return left + (x - x0) / (x1 - x0) * (right - left)
 
     def py(v):
-        v = math.log10(v) if log else v
-        return bottom - (v - y0) / (y1 - y0) * (bottom - top)
+        return bottom - ((math.log10(v) if log else v) - y0) / (y1 - y0) * (bottom - top)
 
+    grey = "#5b6670"
     for t in _ticks(y0, y1, log):
-        y = py(10 ** t if log else t)
-        draw.line([(left, y), (right, y)], fill="#eceff2")
-        label = f"{10 ** t:g}" if log and t == int(t) else fmt.number(10 ** t if log else t, 3)
-        draw.text((left - 6, y), label, fill="#5b6670",
-                  font=font, anchor="rm")
+        value = 10 ** t if log else t
+        draw.line([(left, py(value)), (right, py(value))], fill="#eceff2")
+        label = f"{value:g}" if log and t == int(t) else fmt.number(value, 3)
+        draw.text((left - 6, py(value)), label, fill=grey, font=font, anchor="rm")
     for t in _ticks(x0, x1, False):
-        draw.line([(px(t), bottom), (px(t), bottom + 4)], fill="#5b6670")
-        draw.text((px(t), bottom + 6), f"{t:g}", fill="#5b6670", font=font, anchor="mt")
-    draw.text((right, height - 4), "step", fill="#5b6670", font=font, anchor="rd")
+        draw.line([(px(t), bottom), (px(t), bottom + 4)], fill=grey)
+        label = str(int(t)) if t == int(t) else f"{t:g}"
+        draw.text((px(t), bottom + 6), label, fill=grey, font=font, anchor="mt")
+    draw.text((right, height - 4), "step", fill=grey, font=font, anchor="rd")
     draw.rectangle([left, top, right, bottom], outline="#9aa4ad")
     for step in marks:
         if x0 <= step <= x1:
             draw.line([(px(step), top), (px(step), bottom)], fill="#e8a0a0")
     for h in panel.get("hlines") or ():
         if not log or h["y"] > 0:
-            draw.line([(left, py(h["y"])), (right, py(h["y"]))], fill="#c0392b", width=1)
+            draw.line([(left, py(h["y"])), (right, py(h["y"]))], fill="#c0392b")
             draw.text((right - 4, py(h["y"]) - 2), h["label"], fill="#c0392b", font=font,
                       anchor="rb")
-    legend_x = right
-    for ln in reversed(lines[:12]):            # legend, right-aligned beside the title
-        if not ln.get("faint"):
-            legend_x -= draw.textlength(ln["label"], font=font) + 30
+    # Legend right-aligned beside the title, when it fits there.
+    shown = [ln for ln in lines if not ln.get("faint")]
+    needed = sum(draw.textlength(ln["label"], font=font) + 30 for ln in shown)
+    legend_x = right - needed
+    if legend_x > left + draw.textlength(panel["title"], font=font) + 20:
+        for ln in shown:
             draw.line([(legend_x, 13), (legend_x + 18, 13)], fill=_colour(ln), width=3)
             draw.text((legend_x + 22, 6), ln["label"], fill="#1d2329", font=font)
+            legend_x += draw.textlength(ln["label"], font=font) + 30
     for ln in lines:
         colour = _colour(ln)
-        if ln.get("faint"):
+        if ln.get("faint"):     # a third of the colour on white
             colour = "#" + "".join(f"{(int(colour[i:i + 2], 16) + 2 * 255) // 3:02x}"
                                    for i in (1, 3, 5))
-        points = [(px(x), py(v)) for x, v in zip(ln["x"], ln["y"])
-                  if math.isfinite(v) and (v > 0 or not log)]
-        if len(points) > 1:
-            draw.line(points, fill=colour, width=1 if ln.get("faint") else 2)
-        for x, v in zip(ln["x"], ln["y"]):
-            if not math.isfinite(v):   # NaN / inf: a red marker on the top edge
+        segment: List[tuple] = []
+        for x, v in list(zip(ln["x"], ln["y"])) + [(None, math.nan)]:
+            if math.isfinite(v) and (v > 0 or not log):
+                segment.append((px(x), py(v)))
+                continue
+            if len(segment) > 1:      # a gap (NaN, inf, <= 0 on a log axis) breaks the line
+                draw.line(segment, fill=colour, width=1 if ln.get("faint") else 2)
+            segment = []
+            if x is not None and not math.isfinite(v):   # NaN / inf: a red mark on the top edge
                 draw.polygon([(px(x) - 4, top), (px(x) + 4, top), (px(x), top + 7)],
                              fill="#c0392b")
     return img

@@ -124,7 +124,7 @@
     var log = useLog(panel, finite);
     var ys = finite.concat(hlines.map(function (h) { return h.y; }));
     if (log) ys = ys.filter(function (v) { return v > 0; }).map(Math.log10);
-    var ye = extent(ys), xe = extent(xs);
+    var ye = extent(ys), xe = panel.x_range || extent(xs);
     var pad = (ye[1] - ye[0]) * 0.05 || 0.5;
     var y0 = ye[0] - pad, y1 = ye[1] + pad, x0 = xe[0], x1 = xe[1] > xe[0] ? xe[1] : xe[0] + 1;
     function px(x) { return L + (x - x0) / (x1 - x0) * (W - L - R); }

@@ -169,7 +169,7 @@ def sparkline(values, width: int = SPARK_WIDTH) -> str:
         elif not math.isfinite(v):
             out.append("!")
         else:
-            out.append(_SPARKS[min(len(_SPARKS) - 1, int((v - low) / span * len(_SPARKS)))])
+            out.append(_SPARKS[round((v - low) / span * (len(_SPARKS) - 1))])
     return "".join(out)
 
 

@@ -1,0 +1,57 @@
+"""A rank that persistently makes the others wait.
+
+Under data parallelism every rank's step *wall* time is the same: the fast ranks wait for the
+slow one inside the gradient all-reduce. What differs is the time a rank spends before it
+can start the step (fetching and preparing its batch, host work): the ``data_time_s`` each
+rank shares every step. A rank whose median over a window exceeds ``factor`` times the
+median of the other ranks, by at least ``min_fraction`` of a step, is a straggler. Each rank
+judges only itself, so the anomaly lands in the straggler's own log, under its own rank.
+"""
+from __future__ import annotations
+
+from collections import deque
+from statistics import median
+from typing import Any, Deque, Dict, List, Optional, Sequence
+
+from ..anomaly import STRAGGLER, Anomaly
+from .base import Detector
+
+
+class StragglerDetector(Detector):
+    def __init__(self, *, rank: int, world_size: int, window: int = 20, factor: float = 2.0,
+                 min_fraction: float = 0.1):
+        self.rank, self.world_size = rank, world_size
+        self.window, self.factor, self.min_fraction = window, factor, min_fraction
+        self._times: List[Deque[float]] = [deque(maxlen=window) for _ in range(world_size)]
+        self._in_episode = False
+
+    def update_peers(self, step: int, data_times: Sequence[float],
+                     step_time_s: Optional[float]) -> List[Anomaly]:
+        for history, value in zip(self._times, data_times):
+            history.append(float(value))
+        if self.world_size < 2 or len(self._times[self.rank]) < self.window:
+            return []
+        mine = median(self._times[self.rank])
+        others = median(median(h) for r, h in enumerate(self._times) if r != self.rank)
+        margin = self.min_fraction * (step_time_s or 0.0)
+        slow = mine > self.factor * others and mine - others > margin
+        found = []
+        if slow and not self._in_episode:
+            ratio = mine / others if others > 0 else float("inf")
+            found.append(Anomaly(
+                STRAGGLER, step, mine, self.factor * others,
+                f"rank {self.rank} is a straggler: it spends {mine * 1000:.1f} ms per step "
+                f"before each step (its data and host work), {ratio:.3g}x the other ranks' "
+                f"{others * 1000:.1f} ms (medians over {self.window} steps); every rank waits "
+                f"for it"))
+        self._in_episode = slow
+        return found
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"times": [list(h) for h in self._times], "in_episode": self._in_episode}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        times = state.get("times", [])
+        if len(times) == self.world_size:
+            self._times = [deque(t, maxlen=self.window) for t in times]
+        self._in_episode = bool(state.get("in_episode", False))

@@ -1,0 +1,72 @@
+"""The training script the msrun tests launch on every rank (not a test module itself).
+
+    msrun ... multirank_trainer.py LOG_DIR OUT_DIR SCENARIO
+
+SCENARIO: healthy | nan_rank1 | overheat_rank0 | straggler_rank1. Data parallel on the CPU,
+each rank its own data, gradients reduced by monitor.wrap.
+"""
+import os
+import sys
+import time
+
+import mindspore as ms
+import numpy as np
+from mindspore import dataset as ds
+from mindspore import nn
+from mindspore.communication import get_rank, init
+from mindspore.train import Callback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ms_helpers import make_regressor, regression_arrays  # noqa: E402
+
+from mindwatch.mindspore import TrainMonitor  # noqa: E402
+
+NAN_STEP = 5
+
+
+class Slow(Callback):
+    def on_train_step_end(self, run_context):
+        time.sleep(0.02)
+
+
+def batches(rank, steps, nan_at, slow):
+    x, y = regression_arrays(8 * steps, seed=rank, nan_at=nan_at)
+
+    def generate():
+        for i in range(steps):
+            if slow:
+                time.sleep(0.05)          # a slow input pipeline on this rank
+            yield x[8 * i: 8 * i + 8], y[8 * i: 8 * i + 8]
+    return ds.GeneratorDataset(generate, ["x", "y"], shuffle=False)
+
+
+def main(log_dir, out_dir, scenario):
+    ms.set_context(mode=ms.GRAPH_MODE)
+    init()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
+                                 gradients_mean=True)
+    rank = get_rank()
+    settings = dict(hardware_interval_s=None, print_interval=5)
+    steps, epochs, callbacks = 12, 2, []
+    if scenario == "overheat_rank0":
+        steps, callbacks = 200, [Slow()]
+        settings.update(hardware_interval_s=0.1, max_temperature_c=85.0, overheat_samples=3)
+        if rank == 0:
+            os.environ["PATH"] = os.environ["FAKE_NPU_DIR"] + os.pathsep + os.environ["PATH"]
+    if scenario == "straggler_rank1":
+        steps, epochs = 40, 1
+        settings.update(straggler_window=10)
+    net = make_regressor()
+    monitor = TrainMonitor(log_dir, **settings)
+    step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()),
+                        nn.Adam(net.trainable_params(), learning_rate=0.01))
+    data = batches(rank, steps, NAN_STEP if scenario == "nan_rank1" and rank == 1 else None,
+                   slow=scenario == "straggler_rank1" and rank == 1)
+    ms.train.Model(step).train(epochs, data, callbacks=callbacks + [monitor],
+                               dataset_sink_mode=False)
+    np.savez(os.path.join(out_dir, f"weights_rank{rank}.npz"),
+             **{p.name: p.asnumpy() for p in net.get_parameters()})
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

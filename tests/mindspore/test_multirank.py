@@ -1,0 +1,115 @@
+"""Two real ranks under msrun on the CPU: one log each, one stop for all, stragglers.
+
+Each test has a hard timeout, so a hang fails fast instead of blocking CI."""
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mindwatch.runlog import read_run
+from test_overheat_e2e import heating_npu_smi
+
+pytestmark = [pytest.mark.msrun, pytest.mark.timeout(240)]
+HERE = Path(__file__).resolve().parent
+TRAINER = HERE / "multirank_trainer.py"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def msrun(tmp_path, scenario, **env):
+    log_dir, out_dir = tmp_path / "run", tmp_path / "out"
+    out_dir.mkdir()
+    environment = dict(os.environ, **env)
+    # msrun starts workers with the `python` on PATH: make it this interpreter.
+    environment["PATH"] = os.path.dirname(sys.executable) + os.pathsep + environment["PATH"]
+    for name in ("RANK_ID", "RANK_SIZE", "DEVICE_ID", "MS_WORKER_NUM", "MS_NODE_ID"):
+        environment.pop(name, None)
+    command = [sys.executable, "-m", "mindspore.parallel.cluster.run", "--worker_num=2",
+               "--local_worker_num=2", f"--master_port={_free_port()}",
+               f"--log_dir={tmp_path / 'msrun_logs'}", "--join=True",
+               str(TRAINER), str(log_dir), str(out_dir), scenario]
+    result = subprocess.run(command, env=environment, capture_output=True, text=True,
+                            timeout=200, cwd=tmp_path)
+    worker_logs = "\n".join(p.read_text(errors="replace")[-3000:]
+                            for p in sorted((tmp_path / "msrun_logs").glob("worker_*.log")))
+    assert result.returncode == 0, f"msrun failed:\n{result.stderr[-3000:]}\n{worker_logs}"
+    run = read_run(str(log_dir))
+    assert [log.rank for log in run.ranks] == [0, 1]
+    return run, out_dir
+
+
+def test_healthy_two_ranks_agree(tmp_path):
+    run, out = msrun(tmp_path, "healthy")
+    first, second = run.ranks
+    assert first.run["world_size"] == second.run["world_size"] == 2
+    assert [s["step"] for s in first.steps] == [s["step"] for s in second.steps] == \
+        list(range(1, 25))
+    # The norm is measured on the reduced gradients: identical on both ranks.
+    assert [s["grad_norm"] for s in first.steps] == [s["grad_norm"] for s in second.steps]
+    assert [s["loss"] for s in first.steps] != [s["loss"] for s in second.steps]  # own data
+    assert first.end["reason"] == second.end["reason"] == "completed"
+    assert not run.anomalies
+    weights = [np.load(out / f"weights_rank{r}.npz") for r in (0, 1)]
+    for name in weights[0].files:
+        assert np.array_equal(weights[0][name], weights[1][name]), name
+
+
+def test_nan_on_one_rank_stops_both_after_the_same_step(tmp_path):
+    run, out = msrun(tmp_path, "nan_rank1")
+    first, second = run.ranks
+    assert [s["step"] for s in first.steps] == [s["step"] for s in second.steps] == \
+        [1, 2, 3, 4, 5]
+    assert first.end["reason"] == second.end["reason"] == "stopped"
+    kinds = {log.rank: {a["anomaly"] for a in log.anomalies} for log in run.ranks}
+    assert "loss_nonfinite" in kinds[1]
+    assert kinds[0] & {"gradient_nonfinite", "peer_stop"}   # the reduced gradient is NaN
+    for log in run.ranks:
+        assert all(a["step"] == 5 for a in log.anomalies)
+        checkpoints = {a["checkpoint"] for a in log.anomalies if a["checkpoint"]}
+        assert checkpoints and all(os.path.exists(c) for c in checkpoints)
+    # The bad update was withheld on both ranks, which still hold identical weights.
+    weights = [np.load(out / f"weights_rank{r}.npz") for r in (0, 1)]
+    for name in weights[0].files:
+        assert np.array_equal(weights[0][name], weights[1][name]), name
+        assert np.isfinite(weights[0][name]).all()
+
+
+def test_overheat_on_rank0_stops_rank1_too(tmp_path, npu_smi_fixtures):
+    fake = tmp_path / "fake_npu"
+    fake.mkdir()
+    heating_npu_smi(fake, npu_smi_fixtures)
+    run, _ = msrun(tmp_path, "overheat_rank0", FAKE_NPU_DIR=str(fake))
+    first, second = run.ranks
+    overheat = [a for a in first.anomalies if a["anomaly"] == "overheat"]
+    assert len(overheat) == 1 and overheat[0]["value"] == 90.0
+    [peer] = [a for a in second.anomalies if a["anomaly"] == "peer_stop"]
+    assert "rank 0" in peer["message"] and "overheat" in peer["message"]
+    assert peer["step"] == overheat[0]["step"]
+    assert first.steps[-1]["step"] == second.steps[-1]["step"] == peer["step"] < 200
+    assert first.end["reason"] == second.end["reason"] == "stopped"
+    assert second.end["stopped_by"] == {"anomaly": "overheat", "step": peer["step"], "rank": 0}
+    assert peer["checkpoint"] and os.path.exists(peer["checkpoint"])  # its weights saved too
+
+
+def test_slow_data_pipeline_rank_is_a_straggler(tmp_path):
+    run, _ = msrun(tmp_path, "straggler_rank1")
+    first, second = run.ranks
+    stragglers = [a for a in second.anomalies if a["anomaly"] == "straggler"]
+    assert len(stragglers) == 1 and stragglers[0]["actions"] == ["warn"]
+    assert "rank 1 is a straggler" in stragglers[0]["message"]
+    # The 50 ms sleep partly overlaps the step (the dataset prefetches in its own thread);
+    # what is left still dwarfs rank 0's wait for its batch.
+    from statistics import median
+    fast = median(s["data_time_s"] for s in first.steps[1:])
+    assert stragglers[0]["value"] > 2 * fast and stragglers[0]["value"] >= 0.01
+    assert not [a for a in first.anomalies if a["anomaly"] == "straggler"]
+    assert first.end["reason"] == second.end["reason"] == "completed"
+    assert [s["step"] for s in second.steps] == list(range(1, 41))

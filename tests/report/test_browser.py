@@ -1,0 +1,123 @@
+"""The report in a real browser: headless Chromium loads it with no JS errors, renders every
+panel, and the screenshot shows charts.
+
+Needs Debian's ``chromium`` package (``apt-get install -y chromium``; .ci/run installs it).
+Without it the test is skipped on a developer machine and FAILS in CI (``CI`` set), so a
+missing browser can never pass unnoticed there.
+"""
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+from PIL import Image
+
+from mindwatch import Monitor
+from mindwatch.observation import DeviceSample, HardwareSample
+from mindwatch.report.html import render_html
+from mindwatch.runlog import read_run
+
+XSS = "<script>alert(1)</script>"
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    for name in BROWSERS:
+        path = shutil.which(name)
+        if path:
+            return path
+    reason = "no headless Chromium found (Debian: apt-get install -y chromium)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI must install it")
+    pytest.skip(reason)
+
+
+def _chromium(browser, profile, *args, timeout=90):
+    command = [browser, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
+               "--disable-dev-shm-usage", f"--user-data-dir={profile}", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def report(tmp_path, clock):
+    """Two ranks, hardware samples, a NaN loss, an explosion and a hostile anomaly message."""
+    directory = tmp_path / "run"
+    for rank in range(2):
+        monitor = Monitor(str(directory), rank=rank, world_size=2, clock=clock,
+                          stream=io.StringIO(), batch_size=8, hardware_interval_s=None,
+                          on_anomaly={"loss_nonfinite": "warn",
+                                      "gradient_explode": "checkpoint_and_stop"})
+        for step in range(1, 121):
+            clock.advance(0.05 + 0.01 * rank + 0.002 * (step % 7))
+            loss = 2.5 / (1 + step / 30) + 0.05 * ((step * 7 + rank) % 5) / 5
+            if step == 70 and rank == 1:
+                loss = float("nan")
+            grad = 800.0 if step == 100 and rank == 0 else 1.0 + 0.05 * (step % 9)
+            monitor.observe(step=step, epoch=1, loss=loss, lr=2e-3 * min(1.0, step / 20),
+                            grad_norm=grad)
+            if step % 10 == 0:
+                monitor.observe_hardware(HardwareSample(
+                    time=clock.time(), cpu_percent=30.0 + (step * 3 + rank * 11) % 40,
+                    mem_used_gb=6.0 + step / 60, rss_gb=1.0 + step / 200,
+                    devices=[DeviceSample(type="npu", index=rank, util_percent=70.0 + step % 25,
+                                          mem_used_mb=9000.0 + 10 * step, mem_total_mb=32768.0,
+                                          temp_c=50.0 + step / 10)]))
+        monitor.close()
+    with open(directory / "rank_1.jsonl", "a", encoding="utf-8") as handle:
+        # appended after `end`: still listed; the view must show it as text, never run it
+        handle.write(json.dumps({"kind": "anomaly", "rank": 1, "time": 1.0,
+                                 "anomaly": "loss_spike", "step": 60, "value": 3.0,
+                                 "threshold": 2.0, "message": XSS, "actions": ["warn"],
+                                 "checkpoint": None, "report": None}) + "\n")
+    run = read_run(str(directory))
+    path = directory / "report.html"
+    page = render_html(run)
+    path.write_text(page, encoding="utf-8")
+    data = json.loads(re.search(r'id="mw-data">(.*?)</script>', page, re.S).group(1))
+    return run, path, data
+
+
+def test_page_loads_without_errors_and_renders_every_panel(browser, report, tmp_path):
+    run, path, data = report
+    result = _chromium(browser, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
+                       "--dump-dom", path.as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
+    assert console == [], console                        # the page logs nothing when healthy
+    errors = re.search(r'<div id="errors" class="errors">(.*?)</div>', dom, re.S)
+    assert errors and errors.group(1) == "", errors.group(1) if errors else dom[:2000]
+    rendered = re.search(r'<main id="report" data-rendered="(\d+)"', dom)
+    assert rendered and int(rendered.group(1)) == len(data["panels"]) == 12
+    for panel in data["panels"]:
+        assert f'id="panel-{panel["id"]}"' in dom, panel["id"]
+    assert dom.count("<polyline") >= 2 * len(data["panels"])
+    assert 'class="anomaly-marker"' in dom and 'class="nonfinite"' in dom
+    # the anomaly table holds exactly the log's anomalies; the hostile message stayed text
+    rows = re.findall(r'<tr data-step="(\d+)" data-rank="(\d+)" data-kind="(\w+)">', dom)
+    assert rows == [(str(a["step"]), str(a["rank"]), a["anomaly"]) for a in run.anomalies]
+    assert ("60", "1", "loss_spike") in rows and ("100", "0", "gradient_explode") in rows
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom and XSS not in dom
+
+
+def test_screenshot_shows_the_charts(browser, report, tmp_path):
+    _, path, _ = report
+    shot = tmp_path / "report.png"
+    result = _chromium(browser, tmp_path / "profile", f"--screenshot={shot}",
+                       "--window-size=1400,3000", "--hide-scrollbars", path.as_uri())
+    assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
+    with Image.open(shot) as image:
+        assert image.size == (1400, 3000)
+        rgb = image.convert("RGB")
+        colours = rgb.getcolors(maxcolors=1 << 20)
+        assert len(colours) > 200, len(colours)       # curves, text, anti-aliasing
+        # the palette is there: rank 0 blue and rank 1 orange curves, the red limit lines
+        present = {c for _, c in colours}
+        for expected in [(0x1f, 0x77, 0xb4), (0xff, 0x7f, 0x0e), (0xc0, 0x39, 0x2b)]:
+            assert expected in present, expected
+        # and not one flat colour: the most common colour (background) is under 90%
+        assert max(count for count, _ in colours) < 0.9 * 1400 * 3000

@@ -1,0 +1,218 @@
+"""``mindwatch watch``: the file follower, the state, the view, and the live loop headless."""
+import io
+import json
+import math
+import os
+import threading
+import time
+
+import pytest
+from rich.console import Console
+
+from mindwatch import Monitor
+from mindwatch.cli import main
+from mindwatch.observation import DeviceSample, HardwareSample
+from mindwatch.report.watch import Follower, WatchState, render, sparkline, watch
+from mindwatch.runlog import RunLogError
+
+RUN = {"kind": "run", "rank": 0, "time": 1.0, "schema": 1, "world_size": 1, "host": "h",
+       "pid": 1, "config": {}, "versions": {}}
+
+
+def _line(record):
+    return json.dumps(record) + "\n"
+
+
+def _step(step, rank=0, loss=1.0):
+    return {"kind": "step", "rank": rank, "time": 2.0 + step, "step": step, "epoch": 1,
+            "loss": loss, "loss_smooth": loss, "lr": 1e-3, "grad_norm": 1.0,
+            "step_time_s": 0.1, "skipped": False}
+
+
+def _text(renderable, width=120):
+    console = Console(file=io.StringIO(), width=width, force_terminal=False)
+    console.print(renderable)
+    return console.file.getvalue()
+
+
+# -- Follower ---------------------------------------------------------------------------------
+def test_torn_line_is_held_back_until_completed(tmp_path):
+    path = tmp_path / "rank_0.jsonl"
+    full = _line(RUN) + _line(_step(1))
+    head, tail = full[:len(_line(RUN)) + 25], full[len(_line(RUN)) + 25:]
+    path.write_text(head)
+    follower = Follower(str(tmp_path))
+    assert [r["kind"] for r in follower.poll()] == ["run"]      # the half step waits
+    assert follower.poll() == []
+    with open(path, "a") as handle:
+        handle.write(tail)
+    assert [r["step"] for r in follower.poll()] == [1]
+    assert follower.poll() == []
+
+
+def test_directory_and_files_appearing_later(tmp_path):
+    run_dir = tmp_path / "later"
+    follower = Follower(str(run_dir))
+    assert not follower.exists and follower.poll() == []
+    run_dir.mkdir()
+    assert follower.exists and follower.poll() == []
+    (run_dir / "rank_0.jsonl").write_text(_line(RUN) + _line(_step(1)))
+    assert [r["kind"] for r in follower.poll()] == ["run", "step"]
+    (run_dir / "rank_1.jsonl").write_text(_line(dict(RUN, rank=1)) + _line(_step(1, rank=1)))
+    with open(run_dir / "rank_0.jsonl", "a") as handle:
+        handle.write(_line(_step(2)))
+    got = follower.poll()
+    assert sorted((r["rank"], r["kind"], r.get("step")) for r in got) == [
+        (0, "step", 2), (1, "run", None), (1, "step", 1)]
+
+
+def test_other_files_are_ignored(tmp_path):
+    (tmp_path / "rank_0.jsonl.tmp").write_text("garbage\n")
+    (tmp_path / "notes.txt").write_text("hello\n")
+    assert Follower(str(tmp_path)).poll() == []
+
+
+def test_recreated_log_is_read_from_the_start(tmp_path):
+    path = tmp_path / "rank_0.jsonl"
+    path.write_text(_line(RUN) + _line(_step(1)) + _line(_step(2)))
+    follower = Follower(str(tmp_path))
+    assert len(follower.poll()) == 3
+    path.unlink()
+    path.write_text(_line(RUN))                      # a new run, shorter than the offset
+    assert [r["kind"] for r in follower.poll()] == ["run"]
+
+
+def test_bad_lines_raise_run_log_error(tmp_path):
+    (tmp_path / "rank_0.jsonl").write_text(_line(RUN) + "not json\n")
+    with pytest.raises(RunLogError, match="line 2"):
+        Follower(str(tmp_path)).poll()
+    (tmp_path / "rank_0.jsonl").write_text(_line(_step(1)))
+    with pytest.raises(RunLogError, match="not a mindwatch log"):
+        Follower(str(tmp_path)).poll()
+
+
+def test_nonfinite_strings_are_decoded(tmp_path):
+    (tmp_path / "rank_0.jsonl").write_text(_line(RUN) + _line(_step(1, loss="NaN")))
+    assert math.isnan(Follower(str(tmp_path)).poll()[1]["loss"])
+
+
+# -- state and view ---------------------------------------------------------------------------
+def test_all_ended_waits_for_every_announced_rank():
+    state = WatchState("d")
+    state.exists = True
+    state.update([dict(RUN, world_size=2), {"kind": "end", "rank": 0, "time": 3.0,
+                                            "reason": "completed", "steps": 1, "elapsed_s": 1.0}])
+    assert not state.all_ended                       # rank 1 has not even appeared
+    state.update([dict(RUN, rank=1, world_size=2)])
+    assert not state.all_ended
+    state.update([{"kind": "end", "rank": 1, "time": 3.0, "reason": "stopped", "steps": 1,
+                   "elapsed_s": 1.0}])
+    assert state.all_ended
+    state.update([dict(RUN, world_size=2)])          # rank 0 starts a new segment
+    assert not state.all_ended
+
+
+def test_render_waiting_messages(tmp_path):
+    state = WatchState(str(tmp_path / "nope"))
+    assert "waiting for" in _text(render(state)) and "to appear" in _text(render(state))
+    state.exists = True
+    assert "waiting for rank_*.jsonl" in _text(render(state))
+
+
+def test_render_shows_steps_hardware_and_last_five_anomalies():
+    state = WatchState("runs/x")
+    state.exists = True
+    records = [dict(RUN, total_steps=100)] + [_step(s, loss=1.0 / s) for s in range(1, 21)]
+    records.append({"kind": "hardware", "rank": 0, "time": 3.0, "cpu_percent": 42.0,
+                    "mem_used_gb": 12.5, "rss_gb": 2.25, "devices": [
+                        {"type": "npu", "index": 0, "util_percent": 93.0, "mem_used_mb": 30720.0,
+                         "mem_total_mb": 65536.0, "temp_c": 61.0, "power_w": None}]})
+    records += [{"kind": "anomaly", "rank": 0, "time": 4.0 + i, "anomaly": f"kind_{i}",
+                 "step": i, "value": float(i), "threshold": 1.0, "message": f"message {i}",
+                 "actions": ["warn"], "checkpoint": None, "report": None} for i in range(7)]
+    state.update(records)
+    text = _text(render(state, elapsed_s=3.5))
+    assert "20/100" in text and "0.05 " in text and "1.00e-03" in text and "100.0 ms" in text
+    assert "42%" in text and "12.5 GB" in text and "npu0 93% 61°C 30.0 GB" in text
+    assert "kind_6" in text and "kind_2" in text and "kind_1" not in text   # the last 5
+    assert "7 in all" in text and "running" in text and "3.50 s" in text
+
+
+def test_sparkline():
+    assert sparkline([1.0, 2.0, 3.0, 4.0]) == "▁▃▆█"
+    assert sparkline([1.0, float("nan"), None, 1.0]) == "▁! ▁"
+    assert sparkline([]) == ""
+
+
+# -- the live loop -----------------------------------------------------------------------------
+def _train(run_dir, ranks=2, steps=40, delay=0.004, marks=None):
+    """A real Monitor per rank writing while `watch` follows; rank 1 hits a NaN at step 30."""
+    monitors = [Monitor(run_dir, rank=r, world_size=ranks, stream=io.StringIO(), batch_size=4,
+                        hardware_interval_s=None, on_anomaly="warn") for r in range(ranks)]
+    for step in range(1, steps + 1):
+        for rank, monitor in enumerate(monitors):
+            loss = float("nan") if (rank, step) == (1, 30) else 2.0 / step
+            monitor.observe(step=step, epoch=1, loss=loss, lr=1e-3, grad_norm=1.0)
+            if step % 10 == 0:
+                monitor.observe_hardware(HardwareSample(
+                    time=time.time(), cpu_percent=55.0, mem_used_gb=3.0, rss_gb=0.5,
+                    devices=[DeviceSample(type="gpu", index=rank, util_percent=77.0,
+                                          temp_c=66.0, mem_used_mb=500.0)]))
+        time.sleep(delay)
+    if marks is not None:
+        marks["closing"] = time.monotonic()
+    for monitor in monitors:
+        monitor.close()
+
+
+def test_watch_follows_a_live_run_and_returns_at_the_end(tmp_path):
+    run_dir = str(tmp_path / "run")                  # does not exist yet when watch starts
+    marks = {}
+
+    def writer():
+        time.sleep(0.1)
+        _train(run_dir, marks=marks)
+
+    thread = threading.Thread(target=writer)
+    console = Console(file=io.StringIO(), width=120, force_terminal=False)
+    thread.start()
+    try:
+        code = watch(run_dir, console=console, refresh_s=0.02, timeout_s=30)
+        returned = time.monotonic()
+    finally:
+        thread.join()
+    assert code == 0
+    assert marks["closing"] <= returned < marks["closing"] + 5   # not before, soon after `end`
+    out = console.file.getvalue()
+    assert "(final)" in out and "2/2 rank(s), 2 ended" in out
+    assert out.count("40") >= 2 and "completed" in out
+    assert "loss_nonfinite" in out and "loss is nan at step 30" in out
+    assert "gpu1 77% 66°C 500 MB" in out
+
+
+def test_watch_timeout_and_interrupt(tmp_path):
+    (tmp_path / "rank_0.jsonl").write_text(_line(RUN) + _line(_step(5)))   # never ends
+    ticks = iter(range(1000))
+    console = Console(file=io.StringIO(), width=120, force_terminal=False)
+    code = watch(str(tmp_path), console=console, refresh_s=1.0, clock=lambda: next(ticks),
+                 timeout_s=3, sleep=lambda s: None)
+    assert code == 1 and "running" in console.file.getvalue()
+
+    def interrupt(_):
+        raise KeyboardInterrupt
+    console = Console(file=io.StringIO(), width=120, force_terminal=False)
+    assert watch(str(tmp_path), console=console, sleep=interrupt) == 130
+    assert "(final)" in console.file.getvalue()
+
+
+def test_cli_watch(tmp_path, capsys):
+    _train(str(tmp_path), ranks=1, steps=5, delay=0)
+    assert main(["watch", str(tmp_path), "--refresh", "0.01"]) == 0
+    assert "1/1 rank(s), 1 ended" in " ".join(capsys.readouterr().out.split())
+    with open(tmp_path / "rank_0.jsonl", "a") as handle:
+        handle.write("}{\n")
+    assert main(["watch", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mindwatch watch: ") and err.count("\n") == 1
+    assert main(["watch", str(tmp_path), "--refresh", "0"]) == 2
+    assert os.path.exists(tmp_path / "rank_0.jsonl")
