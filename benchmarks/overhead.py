@@ -73,7 +73,38 @@ CONFIGS = [
     ("TrainMonitor, no wrap", mindwatch(wrap=False)),
     ("TrainMonitor+wrap", mindwatch()),
     ("TrainMonitor+wrap, no skipping", mindwatch(skip_anomalous_updates=False)),
+    ("TrainMonitor+wrap, hardware every 2 s", mindwatch(hardware_interval_s=2.0)),
+    ("TrainMonitor+wrap, hardware every 0.5 s", mindwatch(hardware_interval_s=0.5)),
 ]
+SAMPLER_BASE = "TrainMonitor+wrap"    # the sampler configurations are also compared to this
+
+
+def probe_costs(repeats=50):
+    """Wall time of one sample() per probe, on this thread (the sampler's own cost)."""
+    from mindwatch.hardware.framework_memory import FrameworkMemoryProbe
+    from mindwatch.hardware.host import HostProbe
+    from mindwatch.hardware.npu_smi import NpuSmiProbe
+    from mindwatch.mindspore.memory import mindspore_memory_reader
+    probes = {"host (psutil)": HostProbe(),
+              "framework memory (mindspore.runtime)": FrameworkMemoryProbe(
+                  mindspore_memory_reader())}
+    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures",
+                           "npu-smi", "info-23.0.rc3.3-910B1.txt")
+    if os.path.exists(fixture):
+        fake = os.path.join(tempfile.mkdtemp(), "npu-smi")
+        with open(fake, "w") as handle:
+            handle.write(f"#!/bin/sh\nif [ \"$2\" = \"-m\" ]; then exit 1; fi\n"
+                         f"cat {os.path.abspath(fixture)}\n")
+        os.chmod(fake, 0o755)
+        probes["npu-smi (recorded output, fake executable)"] = NpuSmiProbe(executable=fake)
+    costs = {}
+    for name, probe in probes.items():
+        probe.sample()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            probe.sample()
+        costs[name] = (time.perf_counter() - start) / repeats
+    return costs
 
 
 def main(argv=None) -> int:
@@ -115,11 +146,18 @@ def main(argv=None) -> int:
           f"{args.steps_per_chunk} steps")
     print("ms/step: median over chunks of each chunk's median step-to-step time; ratio: median")
     print("over chunks of (this chunk / the bare chunk of the same round), so drift cancels")
-    print(f"{'configuration':<34}{'ms/step':>10}{'ratio':>8}")
+    print(f"{'configuration':<42}{'ms/step':>9}{'ratio':>8}{'vs no sampler':>15}")
     for name, *_ in configs:
         ratios = [mine / bare for mine, bare in zip(per_chunk[name], per_chunk[base_name])]
-        print(f"{name:<34}{statistics.median(per_chunk[name]) * 1000:>10.2f}"
-              f"{statistics.median(ratios):>8.3f}")
+        line = (f"{name:<42}{statistics.median(per_chunk[name]) * 1000:>9.2f}"
+                f"{statistics.median(ratios):>8.3f}")
+        if "hardware" in name:
+            own = [mine / base for mine, base in zip(per_chunk[name], per_chunk[SAMPLER_BASE])]
+            line += f"{statistics.median(own):>15.3f}"
+        print(line)
+    print("\ncost of one sample() per probe (on the sampler thread, never on the step):")
+    for name, seconds in probe_costs().items():
+        print(f"  {name:<46}{seconds * 1e3:>8.3f} ms")
     return 0
 
 

@@ -33,6 +33,12 @@ def clock():
 
 
 @pytest.fixture
+def make_clock():
+    """For tests that need several independent clocks (one per simulated rank)."""
+    return FakeClock
+
+
+@pytest.fixture
 def stream():
     return io.StringIO()
 

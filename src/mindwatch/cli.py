@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import List, Optional
 
@@ -62,9 +63,8 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    import os
-
-    from .report.html import render_html, write_pngs
+    from .report.html import write_html
+    from .report.png import write_pngs
     from .runlog import RunLogError, read_run
     if args.max_points < 10:
         raise CliError(f"--max-points must be at least 10; got {args.max_points}")
@@ -73,13 +73,8 @@ def _report(args: argparse.Namespace) -> int:
         run = read_run(args.run_dir)
     except RunLogError as exc:
         raise CliError(str(exc)) from exc
-    page = render_html(run, max_points=args.max_points,
-                       link_base=os.path.dirname(os.path.abspath(output)))
     try:
-        # Written to a temporary name and renamed: a browser never opens half a report.
-        with open(output + ".tmp", "w", encoding="utf-8") as handle:
-            handle.write(page)
-        os.replace(output + ".tmp", output)
+        write_html(run, output, max_points=args.max_points)
     except OSError as exc:
         raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
     print(output)
@@ -122,6 +117,10 @@ def _demo(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     result = run_demo(out=args.out, steps=args.steps, inject=inject, seed=args.seed)
     print(f"run directory: {result.run_dir}")
+    from .report.html import write_html
+    from .runlog import read_run
+    report = write_html(read_run(result.run_dir), os.path.join(result.run_dir, "report.html"))
+    print(f"report: {report}")
     return 0
 
 

@@ -21,7 +21,7 @@ from .detectors import Detector, build_detectors
 from .observation import HardwareSample, StepObservation
 from .peers import USER_STOP, Peers, stop_code
 from .policy import Policy
-from .rank import RankInfo, rank_from_env
+from .rank import rank_from_env
 from .run_dir import prepare
 from .settings import MonitorSettings
 from .sinks.base import Sink

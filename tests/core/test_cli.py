@@ -55,3 +55,26 @@ def test_missing_directory_and_empty_directory_exit_2(tmp_path, capsys):
     assert "no such run directory" in capsys.readouterr().err
     assert main(["summary", str(tmp_path)]) == 2
     assert "no rank_<R>.jsonl" in capsys.readouterr().err
+
+
+def test_summary_reads_every_rank_and_gives_the_spread(tmp_path, capsys, make_clock):
+    for rank, losses in ((0, [3.0, 2.0]), (1, [3.5, float("nan")]), (2, [3.2, 2.4])):
+        clock = make_clock()
+        monitor = Monitor(str(tmp_path), rank=rank, world_size=3, clock=clock,
+                          stream=io.StringIO(), hardware_interval_s=None, on_anomaly="warn")
+        for step, loss in enumerate(losses, start=1):
+            clock.advance(0.1 * (rank + 1))
+            monitor.observe(step=step, loss=loss)
+        monitor.close()
+    assert main(["summary", str(tmp_path), "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert [r["rank"] for r in result["ranks"]] == [0, 1, 2]
+    assert [(a["anomaly"], a["step"]) for a in result["ranks"][1]["anomalies"]] == [
+        ("loss_nonfinite", 2)]
+    spread = result["spread"]
+    assert spread["step"] == 2
+    assert spread["loss"] == {"min": 2.0, "median": 2.2, "max": 2.4}      # NaN left out
+    assert spread["step_time_s"]["min"] == pytest.approx(0.1)
+    assert spread["step_time_s"]["max"] == pytest.approx(0.3)
+    assert main(["summary", str(tmp_path)]) == 1
+    assert "across 3 ranks" in capsys.readouterr().out

@@ -19,6 +19,9 @@ def test_demo_trains_and_loss_falls(tmp_path):
     result = _demo(tmp_path / "run", "--steps", "120")
     assert result.returncode == 0, result.stderr
     assert f"run directory: {tmp_path / 'run'}" in result.stdout
+    report = tmp_path / "run" / "report.html"
+    assert f"report: {report}" in result.stdout
+    assert report.stat().st_size > 10_000 and "<svg" not in report.read_text()[:100]
     log = read_rank_log(str(tmp_path / "run" / "rank_0.jsonl"))
     steps = log.steps
     assert len(steps) == 120 and log.end["reason"] == "completed"

@@ -81,10 +81,22 @@ def report(tmp_path, clock):
     return run, path, data
 
 
+# Appended after the page's own scripts: moves the mouse over the loss chart, so the dump
+# also shows that the hover tooltip works.
+HOVER = """<script>(function () {
+  var svg = document.querySelector("#panel-loss svg"), r = svg.getBoundingClientRect();
+  svg.dispatchEvent(new MouseEvent("mousemove", {clientX: r.left + r.width / 2,
+                                                 clientY: r.top + r.height / 2}));
+})();</script>"""
+
+
 def test_page_loads_without_errors_and_renders_every_panel(browser, report, tmp_path):
     run, path, data = report
+    probed = path.with_name("probed.html")
+    probed.write_text(path.read_text(encoding="utf-8").replace("</body>", HOVER + "</body>"),
+                      encoding="utf-8")
     result = _chromium(browser, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
-                       "--dump-dom", path.as_uri())
+                       "--window-size=1400,1000", "--dump-dom", probed.as_uri())
     assert result.returncode == 0, result.stderr[-2000:]
     dom = result.stdout
     console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
@@ -102,6 +114,8 @@ def test_page_loads_without_errors_and_renders_every_panel(browser, report, tmp_
     assert rows == [(str(a["step"]), str(a["rank"]), a["anomaly"]) for a in run.anomalies]
     assert ("60", "1", "loss_spike") in rows and ("100", "0", "gradient_explode") in rows
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom and XSS not in dom
+    tip = re.search(r'<div class="tip" style="display: block;[^"]*">(.*?)</div>', dom, re.S)
+    assert tip and "rank 0 loss: " in tip.group(1) and "rank 1 smoothed: " in tip.group(1)
 
 
 def test_screenshot_shows_the_charts(browser, report, tmp_path):

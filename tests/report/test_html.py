@@ -12,7 +12,8 @@ from PIL import Image, ImageStat
 from mindwatch import Monitor
 from mindwatch.cli import main
 from mindwatch.observation import DeviceSample, HardwareSample
-from mindwatch.report.html import render_html, write_pngs
+from mindwatch.report.html import render_html
+from mindwatch.report.png import write_pngs
 from mindwatch.runlog import RankLog, RunLog, read_run
 
 XSS = "<script>alert(1)</script>"
@@ -199,7 +200,7 @@ def test_size_stays_bounded_for_long_runs():
     8 x 25,000 and 8 x 100,000 steps and extrapolates linearly to 1,000,000 (every series is
     already capped at max_points in both, hardware included, so only the digits of the step
     numbers still grow). Measured directly once with this builder: 8 x 1,000,000 steps ->
-    3.05 MB in 29 s on 2 cores (7 GB of record dicts in memory)."""
+    3.05 MB, rendered in 26-29 s on 2 cores (7 GB of record dicts in memory)."""
     sizes, seconds = {}, {}
     for steps in (25_000, 100_000):
         run = _big_run(8, steps)
