@@ -1,3 +1,4 @@
+import builtins
 import io
 from pathlib import Path
 
@@ -48,3 +49,18 @@ def npu_smi_fixtures() -> Path:
     if not (NPU_SMI_FIXTURES / "README.md").is_file():
         pytest.fail(f"npu-smi fixtures missing: expected them in {NPU_SMI_FIXTURES}")
     return NPU_SMI_FIXTURES
+
+
+@pytest.fixture
+def hide_package(monkeypatch):
+    """``hide_package("tensorboardX")``: importing it (or its submodules) now fails, as on a
+    machine where it is not installed."""
+    real_import = builtins.__import__
+
+    def hide(prefix):
+        def guarded(name, *args, **kwargs):
+            if name == prefix or name.startswith(prefix + "."):
+                raise ImportError(f"No module named {name!r}")
+            return real_import(name, *args, **kwargs)
+        monkeypatch.setattr(builtins, "__import__", guarded)
+    return hide

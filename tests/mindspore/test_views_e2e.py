@@ -7,6 +7,7 @@ import urllib.request
 
 import mindspore as ms
 import numpy as np
+import pytest
 from mindspore import nn
 from mindspore.train import Callback, SummaryCollector
 from mindspore.train.summary_pb2 import Event
@@ -82,19 +83,7 @@ def test_views_hold_the_run_logs_values(tmp_path, quiet, graph_mode):
                         rel_tol=1e-6)
 
 
-def test_a_missing_view_package_fails_at_construction(tmp_path, quiet, monkeypatch):
-    import builtins
-    real_import = builtins.__import__
-
-    def no_tensorboardx(name, *args, **kwargs):
-        if name.startswith("tensorboardX"):
-            raise ImportError("No module named 'tensorboardX'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_tensorboardx)
-    try:
+def test_a_missing_view_package_fails_at_construction(tmp_path, quiet, hide_package):
+    hide_package("tensorboardX")
+    with pytest.raises(ImportError, match="pip install tensorboardX"):
         TrainMonitor(str(tmp_path), stream=quiet, tensorboard=True)
-    except ImportError as exc:
-        assert "pip install tensorboardX" in str(exc)
-    else:
-        raise AssertionError("tensorboard=True without tensorboardX must fail loudly")

@@ -1,6 +1,5 @@
 """The MindInsight sink: MindSpore's summary framing (both CRCs checked by an independent
 reader), MindSpore's own ``Event`` protobuf, and coexistence with a real SummaryCollector."""
-import builtins
 import glob
 import math
 import os
@@ -106,15 +105,8 @@ def test_a_second_sink_in_the_same_second_gets_its_own_file(tmp_path):
     second.close()
 
 
-def test_missing_mindspore_fails_loudly(tmp_path, monkeypatch):
-    real_import = builtins.__import__
-
-    def no_mindspore(name, *args, **kwargs):
-        if name.startswith("mindspore"):
-            raise ImportError("No module named 'mindspore'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_mindspore)
+def test_missing_mindspore_fails_loudly(hide_package):
+    hide_package("mindspore")
     with pytest.raises(ImportError, match="pip install mindspore"):
         summary_event_class()
 

@@ -1,5 +1,4 @@
 """The Prometheus sink, scraped over loopback like Prometheus would."""
-import builtins
 import math
 import socket
 import urllib.error
@@ -7,7 +6,6 @@ import urllib.request
 
 import pytest
 
-import prometheus_client  # noqa: E402,F401  (pinned: a missing package must fail, not skip)
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from mindwatch.anomaly import ANOMALY_KINDS  # noqa: E402
@@ -108,14 +106,7 @@ def test_busy_port_fails_at_construction():
             PrometheusSink(taken.getsockname()[1])
 
 
-def test_missing_package_fails_loudly(monkeypatch):
-    real_import = builtins.__import__
-
-    def no_prometheus(name, *args, **kwargs):
-        if name.startswith("prometheus_client"):
-            raise ImportError("No module named 'prometheus_client'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_prometheus)
+def test_missing_package_fails_loudly(hide_package):
+    hide_package("prometheus_client")
     with pytest.raises(ImportError, match="pip install prometheus-client"):
         PrometheusSink(0)

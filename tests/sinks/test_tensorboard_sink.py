@@ -1,5 +1,4 @@
 """The TensorBoard sink, read back with TensorBoard's own event reader."""
-import builtins
 import logging
 import os
 import time
@@ -8,7 +7,6 @@ import pytest
 
 from mindwatch.sinks.tensorboard import TensorBoardSink
 
-import tensorboardX  # noqa: E402,F401  (pinned: a missing package must fail, not skip)
 from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
 
 
@@ -85,15 +83,8 @@ def test_nonfinite_values_do_not_spam_the_log(tmp_path, run_records, caplog):
     assert not [r for r in caplog.records if "NaN or Inf" in r.getMessage()]
 
 
-def test_missing_package_fails_loudly(tmp_path, monkeypatch):
-    real_import = builtins.__import__
-
-    def no_tensorboardx(name, *args, **kwargs):
-        if name.startswith("tensorboardX"):
-            raise ImportError("No module named 'tensorboardX'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_tensorboardx)
+def test_missing_package_fails_loudly(tmp_path, hide_package):
+    hide_package("tensorboardX")
     with pytest.raises(ImportError, match="pip install tensorboardX"):
         TensorBoardSink(str(tmp_path), rank=0)
     assert not (tmp_path / "tensorboard").exists()

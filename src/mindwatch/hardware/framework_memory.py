@@ -6,8 +6,9 @@ The core never imports a framework: ``mindwatch.mindspore.memory.mindspore_memor
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from .messages import OnceMessages
 
 Reader = Callable[[], Mapping[str, Any]]
 
@@ -27,20 +28,13 @@ class FrameworkMemoryProbe:
                             f"{type(reader).__name__}")
         self.reader = reader
         self.name = name
-        self._reported: set = set()
-        self._new: List[str] = []
-        self._lock = threading.Lock()  # messages are popped from another thread
+        self._messages = OnceMessages()
 
     def pop_new_messages(self) -> List[str]:
-        with self._lock:
-            new, self._new = self._new, []
-        return new
+        return self._messages.pop()
 
     def _report(self, key: str, message: str) -> None:
-        with self._lock:
-            if key not in self._reported:
-                self._reported.add(key)
-                self._new.append(message)
+        self._messages.report(key, message)
 
     def sample(self) -> Optional[Dict[str, Any]]:
         try:

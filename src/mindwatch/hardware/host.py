@@ -4,8 +4,9 @@ Units: GB here are decimal, 1 GB = 1e9 bytes, as in the run log's ``mem_used_gb`
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, Dict, Optional
+
+from .messages import OnceMessages
 
 GB = 1e9
 
@@ -44,9 +45,7 @@ class HostProbe:
 
     def __init__(self, psutil_module: Any = None):
         self._psutil = psutil_module or _import_psutil()
-        self._lock = threading.Lock()  # messages are popped from another thread
-        self._reported: set = set()
-        self._new: list = []
+        self._messages = OnceMessages()
         self._process = self._psutil.Process()
         self._last_cpu = self._read_cpu()  # the "primed once at construction" baseline
 
@@ -58,17 +57,12 @@ class HostProbe:
             return None
 
     def _report(self, what: str, exc: Exception) -> None:
-        key = (what, exc.__class__.__name__)
-        with self._lock:
-            if key not in self._reported:
-                self._reported.add(key)
-                self._new.append(f"host probe: psutil {what} failed "
-                                 f"({exc.__class__.__name__}: {exc}); that field is null")
+        self._messages.report((what, exc.__class__.__name__),
+                              f"host probe: psutil {what} failed "
+                              f"({exc.__class__.__name__}: {exc}); that field is null")
 
     def pop_new_messages(self) -> list:
-        with self._lock:
-            new, self._new = self._new, []
-        return new
+        return self._messages.pop()
 
     def cpu_percent(self) -> Optional[float]:
         now = self._read_cpu()

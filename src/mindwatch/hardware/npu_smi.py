@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..observation import DeviceSample
 from .npu_smi_parse import parse_info, parse_mapping, to_device_samples
+from .messages import OnceMessages
 
 # a missing tool may still appear (a driver install finishing); a few tries cost little
 MAX_MISSING_TRIES = 3
@@ -75,23 +75,15 @@ class NpuSmiProbe:
         self._runner = runner or subprocess.run
         self._mapping: Optional[Dict[Tuple[int, int], int]] = None
         self._missing = 0
-        self._reported: set = set()
-        self._new: List[str] = []
-        self._lock = threading.Lock()  # messages are popped from another thread
+        self._messages = OnceMessages()
 
     def pop_new_messages(self) -> List[str]:
         """Problems not handed out before, each distinct text once per probe."""
-        with self._lock:
-            new, self._new = self._new, []
-        return new
+        return self._messages.pop()
 
     def _report(self, message: str, key: Optional[str] = None) -> None:
-        # ``key`` names the problem when the text carries details that may vary per call
         self.last_error = message
-        with self._lock:
-            if (key or message) not in self._reported:
-                self._reported.add(key or message)
-                self._new.append(message)
+        self._messages.report(key or message, message)
 
     def _run(self, *args: str) -> Optional[str]:
         """The tool's stdout, or None when there is none worth parsing."""

@@ -5,10 +5,10 @@ print as "MiB"/"MB"), temperature in degrees C, power in W (NVML reports milliwa
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, List, Optional, Sequence, Tuple
 
 from ..observation import DeviceSample
+from .messages import OnceMessages
 
 MB = 2 ** 20
 
@@ -34,21 +34,14 @@ class NvmlProbe:
         self.disabled_reason: Optional[str] = None
         self._module = module
         self._handles: Optional[List[Tuple[int, Any]]] = None
-        self._reported: set = set()
-        self._new: List[str] = []
-        self._lock = threading.Lock()  # messages are popped from another thread
+        self._messages = OnceMessages()
 
     def pop_new_messages(self) -> List[str]:
         """Problems not handed out before, each distinct one once per probe."""
-        with self._lock:
-            new, self._new = self._new, []
-        return new
+        return self._messages.pop()
 
     def _report(self, message: str, key: Optional[str] = None) -> None:
-        with self._lock:
-            if (key or message) not in self._reported:
-                self._reported.add(key or message)
-                self._new.append(message)
+        self._messages.report(key or message, message)
 
     def _disable(self, reason: str) -> None:
         self.enabled = False

@@ -21,6 +21,7 @@ from ..observation import HardwareSample
 from .framework_memory import FrameworkMemoryProbe, Reader
 from .npu_smi import NpuSmiProbe, visible_devices_from_env
 from .nvml import NvmlProbe
+from .messages import OnceMessages
 
 
 class UnavailableProbe:
@@ -104,9 +105,7 @@ class HardwareSampler:
         self._lock = threading.RLock()
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
-        self._reported: set = set()
-        self._new: List[str] = []
-        self._messages_lock = threading.Lock()
+        self._messages = OnceMessages()
 
     # -- life cycle -------------------------------------------------------------------------
     @property
@@ -192,15 +191,11 @@ class HardwareSampler:
 
     # -- messages ---------------------------------------------------------------------------
     def _report(self, key: Any, message: str) -> None:
-        with self._messages_lock:
-            if key not in self._reported:
-                self._reported.add(key)
-                self._new.append(message)
+        self._messages.report(key, message)
 
     def pop_new_messages(self) -> List[str]:
         """The sampler's and its probes' problems not handed out before, each once."""
-        with self._messages_lock:
-            new, self._new = self._new, []
+        new = self._messages.pop()
         for probe in [self.host, *self.devices, self.framework_memory]:
             pop = getattr(probe, "pop_new_messages", None)
             if pop is not None:

@@ -26,7 +26,12 @@ _GRAD_CHECKS_OFF = ("gradient checks are off: the train cell does not return gra
 
 
 class TrainMonitor(Callback):
-    """Monitors a MindSpore training run; see ``mindwatch.MonitorSettings`` for settings."""
+    """Monitors a MindSpore training run; see ``mindwatch.MonitorSettings`` for settings.
+
+    With several ranks, call ``mindspore.communication.init()`` first and put this callback
+    last in the list: a ``request_stop()`` by an earlier callback is then shared with every
+    rank, which all stop after the same step.
+    """
 
     def __init__(self, log_dir: str, *, stream=None, clock=None, **settings: Any):
         rank = current_rank()
