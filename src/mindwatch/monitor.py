@@ -3,34 +3,29 @@ to the sinks. Adapters (``mindwatch.mindspore``) feed it plain numbers and carry
 actions that need a framework through the hooks they set (checkpoint, resume hint)."""
 from __future__ import annotations
 
-import math
 import os
 import platform
 import socket
 import sys
 import threading
-from collections import deque
 from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 
 from . import records
-from .anomaly import (GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH,
-                      PEER_STOP, Anomaly)
-from .anomaly_report import HISTORY_STEPS, write_report
+from .anomaly import PEER_STOP, Anomaly
 from .clock import Clock, SystemClock
 from .detectors import Detector, build_detectors
+from .loss_stats import LossStats
 from .observation import HardwareSample, StepObservation
 from .peers import USER_STOP, Peers, stop_code
 from .policy import Policy
 from .rank import rank_from_env
+from .responder import Responder
 from .run_dir import prepare
 from .settings import MonitorSettings
 from .sinks.base import Sink
 from .sinks.console import ConsoleSink
-from .sinks.jsonl import JsonlSink
+from .sinks.factory import open_sinks
 from .version import __version__
-
-Checkpointer = Callable[[int], Optional[str]]
-GRADIENT_KINDS = (GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, GRAD_SPIKE)
 
 
 def _as_float(name: str, value: Any) -> Optional[float]:
@@ -75,27 +70,18 @@ class Monitor:
             rank=self.rank, print_interval=self.settings.print_interval, stream=stream,
             verbose=self.rank == 0 or self.settings.print_all_ranks)
         self.sinks: List[Sink] = self._open_sinks()
-        # hooks an adapter sets
-        self.checkpointer: Optional[Checkpointer] = None
-        self.resume_snippet: Optional[Callable[[str], str]] = None
-        self.report_notes: List[str] = []
+        # the adapter sets responder.checkpointer / .resume_snippet / .notes
+        self.responder = Responder(log_dir=self.log_dir, rank=self.rank, policy=self.policy)
+        self.loss_stats = LossStats(self.settings.loss_smoothing)
         # run state
         self.stop_requested: Optional[Anomaly] = None
         self.anomalies: List[Anomaly] = []
         self.last_step = 0
-        self.last_hardware: Optional[Dict[str, Any]] = None
-        self._history: deque = deque(maxlen=HISTORY_STEPS)
         self._started = False
         self._closed = False
         # Timing starts at construction, so a custom loop's first step has a duration; an
         # explicit start() (the MindSpore adapter's, at train begin) restarts it.
         self._start_perf = self._last_perf = self.clock.perf_counter()
-        self._loss_smooth: Optional[float] = None
-        self._epoch: Optional[int] = None
-        self._epoch_losses: List[float] = []
-        self._epoch_steps = 0
-        self._previous_epoch_mean: Optional[float] = None
-        self._last_layer_norms: Optional[tuple] = None
         self._lock = threading.RLock()       # the sampler thread writes records too
         self._pending: List[Anomaly] = []     # hardware findings awaiting the training thread
         self._sampler = None
@@ -103,28 +89,9 @@ class Monitor:
 
     # -- life cycle -----------------------------------------------------------------------
     def _open_sinks(self) -> List[Sink]:
-        """The run log and console, then every view the settings ask for. A view whose
-        package is missing raises here, at construction, naming what to install."""
-        sinks: List[Sink] = [JsonlSink(self.log_path), self.console]
-        try:
-            if self.settings.tensorboard:
-                from .sinks.tensorboard import TensorBoardSink
-                sinks.append(TensorBoardSink(self.log_dir, self.rank))
-            if self.settings.mindinsight:
-                from .sinks.mindinsight import MindInsightSink
-                sinks.append(MindInsightSink(self.log_dir, self.rank,
-                                             event_class=self._summary_event_class))
-            if self.settings.prometheus_port is not None:
-                from .sinks.prometheus import PrometheusSink
-                # One port per process: rank r of a node serves on port + its local rank.
-                port = self.settings.prometheus_port
-                sinks.append(PrometheusSink(port + self.local_rank if port else 0, self.rank))
-        except BaseException:
-            for sink in sinks:
-                if sink is not self.console:
-                    sink.close()
-            raise
-        return sinks
+        return open_sinks(self.settings, log_dir=self.log_dir, log_path=self.log_path,
+                          rank=self.rank, local_rank=self.local_rank, console=self.console,
+                          summary_event_class=self._summary_event_class)
 
     def start(self, *, total_steps: Optional[int] = None, **run_info: Any) -> None:
         """Write the ``run`` record now and restart the step timer.
@@ -232,7 +199,7 @@ class Monitor:
             if self._closed or not self._started:
                 return
             record = records_from_hardware(sample)
-            self.last_hardware = record
+            self.responder.hardware = record
             self._emit(records.HARDWARE, _time=sample.time, **record)
             for detector in self.detectors:
                 self._pending.extend(detector.update_hardware(sample))
@@ -263,48 +230,32 @@ class Monitor:
 
     def end_epoch(self) -> None:
         """Emit the pending epoch's record (mean loss, convergence against the last one)."""
-        if self._epoch is None or self._epoch_steps == 0:
-            return
-        mean = math.fsum(self._epoch_losses) / len(self._epoch_losses) if self._epoch_losses else None
-        change = converging = None
-        if mean is not None and self._previous_epoch_mean is not None:
-            change = mean - self._previous_epoch_mean
-            converging = change < 0
-        self._emit(records.EPOCH, epoch=self._epoch, loss_mean=mean, steps=self._epoch_steps,
-                   loss_change=change, converging=converging,
-                   nonfinite_losses=self._epoch_steps - len(self._epoch_losses))
-        if mean is not None:
-            self._previous_epoch_mean = mean
-        self._epoch_losses, self._epoch_steps = [], 0
+        fields = self.loss_stats.end_epoch()
+        if fields is not None:
+            self._emit(records.EPOCH, **fields)
 
     # -- the pipeline -------------------------------------------------------------------------
     def _process(self, obs: StepObservation) -> List[Anomaly]:
-        if obs.epoch is not None and obs.epoch != self._epoch:
+        if obs.epoch is not None and obs.epoch != self.loss_stats.epoch:
             self.end_epoch()
-            self._epoch = obs.epoch
-        loss_ok = obs.loss is not None and math.isfinite(obs.loss)
-        if loss_ok:
-            # A non-finite loss is reported, never folded into the average it would poison.
-            beta = self.settings.loss_smoothing
-            self._loss_smooth = (obs.loss if self._loss_smooth is None
-                                 else beta * self._loss_smooth + (1 - beta) * obs.loss)
-            self._epoch_losses.append(obs.loss)
-        self._epoch_steps += obs.steps
+            self.loss_stats.epoch = obs.epoch
+        self.loss_stats.add(obs.loss, obs.steps)
         self.last_step = obs.step
-        record = dict(step=obs.step, epoch=obs.epoch, loss=obs.loss, loss_smooth=self._loss_smooth,
+        record = dict(step=obs.step, epoch=obs.epoch, loss=obs.loss,
+                      loss_smooth=self.loss_stats.smooth,
                       lr=obs.lr, grad_norm=obs.grad_norm, step_time_s=obs.step_time_s,
                       skipped=obs.skipped, steps_covered=obs.steps,
                       samples_per_s=obs.samples_per_s)
         if obs.lr_groups is not None:
             record["lr_groups"] = obs.lr_groups
         if obs.layer_grad_norms is not None:
-            self._last_layer_norms = (obs.step, obs.layer_grad_norms)
+            self.responder.layer_norms = (obs.step, obs.layer_grad_norms)
             interval = self.settings.layer_norms_interval
             if obs.step // interval > (obs.step - obs.steps) // interval:
                 record["layer_grad_norms"] = obs.layer_grad_norms
         record.update(obs.extra)
         self._emit(records.STEP, _time=obs.time, **record)
-        self._history.append(record)
+        self.responder.history.append(record)
         found: List[Anomaly] = []
         for detector in self.detectors:
             found.extend(detector.update(obs))
@@ -315,22 +266,8 @@ class Monitor:
         return found
 
     def _act(self, found: List[Anomaly]) -> None:
-        checkpoint = None
+        self.responder.respond(found, self.last_step)
         for anomaly in found:
-            if not anomaly.actions:      # peer stops come with the originating rank's actions
-                anomaly.actions = self.policy.actions_for(anomaly.kind)
-            if "checkpoint" in anomaly.actions:
-                if checkpoint is None and self.checkpointer is not None:
-                    checkpoint = self.checkpointer(anomaly.step or self.last_step)
-                anomaly.checkpoint = checkpoint
-            if anomaly.actions != ["warn"]:
-                anomaly.report = write_report(
-                    log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
-                    history=list(self._history), hardware=self.last_hardware,
-                    notes=self._report_notes(anomaly),
-                    top_layers=self._top_layers(anomaly),
-                    resume_snippet=self.resume_snippet(checkpoint)
-                    if checkpoint and self.resume_snippet else None)
             if anomaly.stops and self.stop_requested is None:
                 self.stop_requested = anomaly
             self.anomalies.append(anomaly)
@@ -339,23 +276,9 @@ class Monitor:
                        actions=anomaly.actions, checkpoint=anomaly.checkpoint,
                        report=anomaly.report)
 
-    def _top_layers(self, anomaly: Anomaly, count: int = 5) -> Optional[List[list]]:
-        """For gradient anomalies: the layers with the largest (or non-finite) gradient norm
-        at that step, when per-layer norms are measured."""
-        if anomaly.kind not in GRADIENT_KINDS or self._last_layer_norms is None:
-            return None
-        step, norms = self._last_layer_norms
-        if step != anomaly.step:
-            return None
-        # NaN/Inf first, then by size; a vanishing gradient is reported by its largest layers.
-        ranked = sorted(norms.items(), key=lambda item: (math.isfinite(item[1]), -abs(item[1])
-                                                          if math.isfinite(item[1]) else 0))
-        return [[name, value] for name, value in ranked[:count]]
-
     def state_dict(self) -> Dict[str, Any]:
         """What a resumed run needs to keep its history: detector windows, loss average."""
-        return {"loss_smooth": self._loss_smooth, "last_step": self.last_step,
-                "previous_epoch_mean": self._previous_epoch_mean,
+        return {**self.loss_stats.state_dict(), "last_step": self.last_step,
                 "detectors": [d.state_dict() for d in self.detectors]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -365,25 +288,8 @@ class Monitor:
                              f"{len(self.detectors)}; it was saved by a different version")
         for detector, detector_state in zip(self.detectors, detectors):
             detector.load_state_dict(detector_state)
-        self._loss_smooth = state.get("loss_smooth")
-        self._previous_epoch_mean = state.get("previous_epoch_mean")
+        self.loss_stats.load_state_dict(state)
         self.last_step = state.get("last_step", self.last_step)
-
-    def _report_notes(self, anomaly: Anomaly) -> List[str]:
-        notes = list(self.report_notes)
-        last = self._history[-1] if self._history else None
-        if anomaly.checkpoint and last is not None and last.get("step") == anomaly.step:
-            if last.get("skipped"):
-                notes.append(f"the checkpoint holds the last good weights: step {anomaly.step}'s "
-                             "update was withheld")
-            else:
-                notes.append(f"the checkpoint's weights INCLUDE step {anomaly.step}'s update "
-                             "(it was not withheld: train with monitor.wrap(..., "
-                             "skip_anomalous_updates=True) to keep the last good weights)")
-        if "checkpoint" in anomaly.actions and anomaly.checkpoint is None:
-            notes.append("no checkpoint was written: no weights are known to this monitor "
-                         "(use mindwatch.mindspore.TrainMonitor, or set monitor.checkpointer)")
-        return notes
 
     def _stop_summary(self) -> Optional[Dict[str, Any]]:
         if self.stop_requested is None:

@@ -41,8 +41,8 @@ class TrainMonitor(Callback):
             summary_event_class=summary_event_class() if settings.get("mindinsight") else None,
             **settings)
         self.monitor.framework_memory_reader = mindspore_memory_reader()
-        self.monitor.resume_snippet = resume_snippet
-        self.monitor.checkpointer = self._save_checkpoint
+        self.monitor.responder.resume_snippet = resume_snippet
+        self.monitor.responder.checkpointer = self._save_checkpoint
         self.train_step: Optional[MonitoredTrainStep] = None
         self._cb_params = None
         self._last_step_num = 0
@@ -82,7 +82,7 @@ class TrainMonitor(Callback):
             sens=sens, per_layer_norms=per_layer_norms)
         self._layers = LayerGrouping([p.name for p in optimizer.parameters])
         if not skip_anomalous_updates:
-            self.monitor.report_notes.append(
+            self.monitor.responder.notes.append(
                 "wrap(skip_anomalous_updates=False): anomalous updates were applied")
         return self.train_step
 
