@@ -64,3 +64,29 @@ def hide_package(monkeypatch):
             return real_import(name, *args, **kwargs)
         monkeypatch.setattr(builtins, "__import__", guarded)
     return hide
+
+
+def _in_mode(mode_name):
+    """Run under MindSpore's process-global execution mode, restoring the previous one after."""
+    import mindspore as ms
+    previous = ms.get_context("mode")
+    ms.set_context(mode=getattr(ms, mode_name))
+    try:
+        yield mode_name
+    finally:
+        ms.set_context(mode=previous)
+
+
+@pytest.fixture(params=["GRAPH_MODE", "PYNATIVE_MODE"], ids=["graph", "pynative"])
+def mode(request):
+    yield from _in_mode(request.param)
+
+
+@pytest.fixture
+def graph_mode():
+    yield from _in_mode("GRAPH_MODE")
+
+
+@pytest.fixture
+def pynative_mode():
+    yield from _in_mode("PYNATIVE_MODE")

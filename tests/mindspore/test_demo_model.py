@@ -7,20 +7,10 @@ import math
 import numpy as np
 import pytest
 
-import mindspore as ms  # noqa: E402
 from mindspore import Tensor, nn  # noqa: E402
 
 from mindwatch.mindspore.demo import data  # noqa: E402
 from mindwatch.mindspore.demo.model import LMWithLoss, TinyGPT, WarmupCosineLR, build_demo  # noqa: E402
-
-
-@pytest.fixture
-def graph_mode():
-    # The execution mode is process-global; restore it so other test modules are unaffected.
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=previous)
 
 
 def _batches(dataset):

@@ -141,14 +141,6 @@ class _FeedMindInsight(Callback):
         self.sink.close()
 
 
-@pytest.fixture
-def graph_mode():
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=previous)
-
-
 def test_coexists_with_a_users_summary_collector(tmp_path, graph_mode):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((64, 4)).astype(np.float32)
