@@ -46,7 +46,7 @@ FLOAT_FIELDS = frozenset({
 
 END_REASONS = ("completed", "stopped", "error")
 
-_NONFINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+NONFINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def to_strict(value: Any) -> Any:
@@ -75,8 +75,8 @@ def _reject_constant(name: str) -> None:
 
 
 def _revive(value: Any, numeric: bool) -> Any:
-    if numeric and isinstance(value, str) and value in _NONFINITE_TEXT:
-        return _NONFINITE_TEXT[value]
+    if numeric and isinstance(value, str) and value in NONFINITE_TEXT:
+        return NONFINITE_TEXT[value]
     if isinstance(value, dict):
         return {key: _revive(item, key in FLOAT_FIELDS) for key, item in value.items()}
     if isinstance(value, list):

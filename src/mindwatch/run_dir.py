@@ -1,12 +1,28 @@
 """The run directory's layout (contract section 2) and its set-up checks."""
 from __future__ import annotations
 
+import glob
 import os
+import re
 import tempfile
+from typing import List, Tuple
+
+_RANK_LOG = re.compile(r"rank_(\d+)\.jsonl$")
 
 
 def rank_log_path(log_dir: str, rank: int) -> str:
     return os.path.join(log_dir, f"rank_{rank}.jsonl")
+
+
+def rank_logs(log_dir: str) -> List[Tuple[int, str]]:
+    """``(rank, path)`` of every rank log in ``log_dir``, by rank."""
+    paths = glob.glob(os.path.join(glob.escape(log_dir), "rank_*.jsonl"))
+    return sorted((int(m.group(1)), p) for p in paths if (m := _RANK_LOG.search(p)))
+
+
+def rank_of(path: str) -> int:
+    match = _RANK_LOG.search(os.path.basename(path))
+    return int(match.group(1)) if match else 0
 
 
 def anomaly_report_stem(log_dir: str, step: int, rank: int) -> str:

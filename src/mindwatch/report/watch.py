@@ -12,10 +12,8 @@ Numbers go through ``mindwatch.format``, so the console lines and this view read
 """
 from __future__ import annotations
 
-import glob
 import math
 import os
-import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -30,9 +28,9 @@ from rich.text import Text
 
 from .. import format as fmt
 from .. import records
+from ..run_dir import rank_logs, rank_of
 from ..runlog import RunLogError
 
-_RANK_FILE = re.compile(r"rank_(\d+)\.jsonl$")
 _SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 16
 LAST_ANOMALIES = 5
@@ -62,8 +60,8 @@ class Follower:
     def poll(self) -> List[Dict[str, Any]]:
         if not self.exists:
             return []
-        for path in glob.glob(os.path.join(glob.escape(self.run_dir), "rank_*.jsonl")):
-            if _RANK_FILE.search(path) and path not in self._tails:
+        for _, path in rank_logs(self.run_dir):
+            if path not in self._tails:
                 self._tails[path] = _Tail(path)
         found: List[Dict[str, Any]] = []
         for path in sorted(self._tails):
@@ -101,8 +99,7 @@ class Follower:
             if tail.line == 1 and record.get("kind") != records.RUN:
                 raise RunLogError(f"{tail.path}: the first record is not a 'run' record; not a "
                                   "mindwatch log")
-            match = _RANK_FILE.search(tail.path)
-            record.setdefault("rank", int(match.group(1)) if match else 0)
+            record.setdefault("rank", rank_of(tail.path))
             found.append(record)
         return found
 

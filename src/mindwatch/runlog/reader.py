@@ -6,15 +6,13 @@ error, since guessing would hide real damage.
 """
 from __future__ import annotations
 
-import glob
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .. import records
+from ..run_dir import rank_logs, rank_of
 
-_RANK_FILE = re.compile(r"rank_(\d+)\.jsonl$")
 
 
 class RunLogError(ValueError):
@@ -62,8 +60,7 @@ class RunLog:
 
 def read_rank_log(path: str, rank: Optional[int] = None) -> RankLog:
     if rank is None:
-        match = _RANK_FILE.search(os.path.basename(path))
-        rank = int(match.group(1)) if match else 0
+        rank = rank_of(path)
     log = RankLog(rank=rank, path=path)
     try:
         with open(path, "rb") as handle:
@@ -92,8 +89,7 @@ def read_rank_log(path: str, rank: Optional[int] = None) -> RankLog:
 def read_run(directory: str) -> RunLog:
     if not os.path.isdir(directory):
         raise RunLogError(f"{directory}: no such run directory")
-    paths = glob.glob(os.path.join(glob.escape(directory), "rank_*.jsonl"))
-    ranked = sorted((int(m.group(1)), p) for p in paths if (m := _RANK_FILE.search(p)))
+    ranked = rank_logs(directory)
     if not ranked:
         raise RunLogError(f"{directory}: no rank_<R>.jsonl run logs found; is this a mindwatch "
                           "log_dir?")

@@ -34,9 +34,6 @@ HARDWARE_SCALARS = (
 # Per device, under hardware/<type><index>/ (e.g. hardware/npu0/temp_c).
 DEVICE_FIELDS = ("util_percent", "mem_used_mb", "temp_c", "power_w")
 
-_TEXT_NUMBERS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
 def number(value: Any) -> Optional[float]:
     """The value as a float (non-finite kept as-is), or None when it is not a number.
 
@@ -46,7 +43,7 @@ def number(value: Any) -> Optional[float]:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, str):
-        return _TEXT_NUMBERS.get(value)
+        return records.NONFINITE_TEXT.get(value)
     try:
         return float(value)
     except (TypeError, ValueError):
