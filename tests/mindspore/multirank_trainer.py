@@ -35,7 +35,7 @@ def batches(rank, steps, nan_at, slow):
     def generate():
         for i in range(steps):
             if slow:
-                time.sleep(0.05)          # a slow input pipeline on this rank
+                time.sleep(0.1)           # a slow input pipeline on this rank
             yield x[8 * i: 8 * i + 8], y[8 * i: 8 * i + 8]
     return ds.GeneratorDataset(generate, ["x", "y"], shuffle=False)
 

@@ -16,8 +16,8 @@ from .distributed import communication_initialised, current_rank
 from .layers import LayerGrouping
 from .lr import applied_lrs
 from .memory import mindspore_memory_reader
-from .summary import summary_event_class
 from .outputs import read_outputs
+from .summary import summary_event_class
 from .wrap import MonitoredTrainStep
 
 _GRAD_CHECKS_OFF = ("gradient checks are off: the train cell does not return gradient norms. "
