@@ -8,16 +8,9 @@ from typing import Any, Dict, List, Mapping, Optional
 from . import format as fmt
 from . import records
 from .anomaly import Anomaly
-from .run_dir import anomaly_report_stem
+from .run_dir import anomaly_report_stem, write_text_atomically
 
 HISTORY_STEPS = 50
-
-
-def _atomic_write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: List[Mapping[str, Any]],
@@ -36,8 +29,8 @@ def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: List[Map
         "hardware": hardware, "top_layers": top_layers, "history": steps,
     }
     json_path = stem + ".json"
-    _atomic_write(json_path, records.encode(body) + "\n")
-    _atomic_write(stem + ".md", _markdown(body))
+    write_text_atomically(json_path, records.encode(body) + "\n")
+    write_text_atomically(stem + ".md", _markdown(body))
     return json_path
 
 

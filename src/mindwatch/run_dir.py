@@ -33,6 +33,15 @@ def checkpoint_path(log_dir: str, step: int, rank: int) -> str:
     return os.path.join(log_dir, "checkpoints", f"anomaly_step{step}_rank{rank}.ckpt")
 
 
+def write_text_atomically(path: str, text: str) -> None:
+    """Write under a temporary name (this process's own), then rename: a reader never sees a
+    partial file."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
+
+
 def prepare(log_dir: str, rank: int, resume: bool) -> str:
     """Create ``log_dir`` and prove it writable now, before training starts.
 

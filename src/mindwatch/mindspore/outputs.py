@@ -18,7 +18,6 @@ class StepOutputs:
     grads_finite: Optional[bool] = None
     param_sq_norms: Optional[np.ndarray] = None
     extra: Dict[str, Any] = field(default_factory=dict)
-    source: str = "loss"         # "wrap", "mindformers", "loss_scale", "loss"
 
 
 def _array(value: Any) -> Optional[np.ndarray]:
@@ -51,7 +50,7 @@ def read_outputs(outputs: Any, *, wrapped: bool) -> StepOutputs:
             loss=float(stats[STAT_LOSS]), grad_norm=float(stats[STAT_GRAD_NORM]),
             lr_groups=[float(v) for v in stats[STAT_LR:]], skipped=bool(stats[STAT_SKIPPED]),
             grads_finite=bool(stats[STAT_FINITE]),
-            param_sq_norms=outputs[2].asnumpy() if len(outputs) > 2 else None, source="wrap")
+            param_sq_norms=outputs[2].asnumpy() if len(outputs) > 2 else None)
     if isinstance(outputs, (tuple, list)):
         if len(outputs) in (5, 7):
             # MindSpore Transformers' train cells: (loss, overflow, scaling_sens,
@@ -61,11 +60,10 @@ def read_outputs(outputs: Any, *, wrapped: bool) -> StepOutputs:
             return StepOutputs(
                 loss=_scalar(outputs[0]), skipped=bool(_flag(outputs[1])),
                 lr_groups=None if lr is None or lr.size == 0 else [float(v) for v in lr.reshape(-1)],
-                grad_norm=_scalar(outputs[4]), extra={"loss_scale": _scalar(outputs[2])},
-                source="mindformers")
+                grad_norm=_scalar(outputs[4]), extra={"loss_scale": _scalar(outputs[2])})
         if len(outputs) == 3:
             # nn.TrainOneStepWithLossScaleCell: (loss, overflow, loss scale).
             return StepOutputs(loss=_scalar(outputs[0]), skipped=bool(_flag(outputs[1])),
-                               extra={"loss_scale": _scalar(outputs[2])}, source="loss_scale")
+                               extra={"loss_scale": _scalar(outputs[2])})
         return StepOutputs(loss=_scalar(outputs[0]) if outputs else None)
     return StepOutputs(loss=_scalar(outputs))

@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from .. import format as fmt
 from .. import records
+from ..run_dir import write_text_atomically
 from ..runlog import RankLog, RunLog
 from .downsample import downsample
 
@@ -340,9 +341,6 @@ table.config{width:auto}table.config td:first-child{font-family:monospace}
 def write_html(run: RunLog, path: str, *, max_points: int = 2000) -> str:
     """Render and write the report to ``path`` under a temporary name, then rename it, so a
     browser never opens half a report. Links to anomaly reports stay relative to ``path``."""
-    page = render_html(run, max_points=max_points,
-                       link_base=os.path.dirname(os.path.abspath(path)))
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        handle.write(page)
-    os.replace(path + ".tmp", path)
+    write_text_atomically(path, render_html(
+        run, max_points=max_points, link_base=os.path.dirname(os.path.abspath(path))))
     return path
