@@ -56,6 +56,14 @@ def bare(steps, workdir, devnull):
     return ms.train.Model(nn.TrainOneStepCell(net, optimizer)), dataset, []
 
 
+def mindspore_skipping_cell(steps, workdir, devnull):
+    """MindSpore's own train cell that withholds an update (on overflow), with a fixed loss
+    scale of 1: what withholding costs in MindSpore itself, for reference."""
+    net, optimizer, dataset = build_demo(seed=0, steps=steps, **MODEL)
+    cell = nn.TrainOneStepWithLossScaleCell(net, optimizer, nn.FixedLossScaleUpdateCell(1.0))
+    return ms.train.Model(cell), dataset, []
+
+
 def mindspore_monitors(steps, workdir, devnull):
     model, dataset, _ = bare(steps, workdir, devnull)
     return model, dataset, [LossMonitor(per_print_times=10), TimeMonitor()]
@@ -75,6 +83,7 @@ def mindwatch(wrap=True, hardware_interval_s=None, **wrap_options):
 CONFIGS = [
     ("bare TrainOneStepCell", bare),
     ("LossMonitor+TimeMonitor", mindspore_monitors),
+    ("MindSpore TrainOneStepWithLossScaleCell", mindspore_skipping_cell),
     ("TrainMonitor, no wrap", mindwatch(wrap=False)),
     ("TrainMonitor+wrap", mindwatch()),
     ("TrainMonitor+wrap, no skipping", mindwatch(skip_anomalous_updates=False)),

@@ -64,10 +64,18 @@ def to_strict(value: Any) -> Any:
     return value
 
 
+# One encoder for every record: json.dumps with options builds a new one per call.
+_STRICT_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
 def encode(record: Mapping[str, Any]) -> str:
     """One record as one line of strict JSON, without the trailing newline."""
-    return json.dumps(to_strict(dict(record)), allow_nan=False, ensure_ascii=False,
-                      separators=(",", ":"))
+    try:
+        # Most records hold finite numbers only: encode them as they are, and walk the
+        # record for non-finite values only when the strict encoder refuses one.
+        return _STRICT_ENCODER.encode(record)
+    except ValueError:
+        return _STRICT_ENCODER.encode(to_strict(dict(record)))
 
 
 def _reject_constant(name: str) -> None:

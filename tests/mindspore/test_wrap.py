@@ -6,6 +6,7 @@ from mindspore import nn
 
 from ms_helpers import make_regressor, regression_arrays, weights_of
 from mindwatch.mindspore import TrainMonitor
+from mindwatch.mindspore.outputs import read_outputs
 
 
 def _reference_norm(initial, x, y):
@@ -40,9 +41,9 @@ def test_global_norm_matches_value_and_grad(tmp_path, quiet, mode):
         initial = weights_of(net)
         outputs = step(ms.Tensor(x), ms.Tensor(y))
         reference = _reference_norm(initial, x, y)
-        _, norm, skipped, finite = outputs[1].asnumpy()[:4]
-        assert abs(norm - reference) / reference < 1e-5, (mode, seed, norm, reference)
-        assert finite == 1.0 and skipped == 0.0
+        out = read_outputs(outputs, wrapped_by=step)
+        assert abs(out.grad_norm - reference) / reference < 1e-5, (mode, seed, out, reference)
+        assert out.grads_finite is True and out.skipped is False
 
 
 def test_clipping_happens_after_measuring(tmp_path, quiet, mode):
@@ -50,7 +51,7 @@ def test_clipping_happens_after_measuring(tmp_path, quiet, mode):
     x, y = regression_arrays(8)
     before = weights_of(net)
     outputs = step(ms.Tensor(x), ms.Tensor(y))
-    norm = float(outputs[1].asnumpy()[1])
+    norm = read_outputs(outputs, wrapped_by=step).grad_norm
     assert norm > 0.01                              # the reported norm is the pre-clip one
     moved = np.sqrt(sum(np.sum((weights_of(net)[k] - before[k]).astype(np.float64) ** 2)
                         for k in before))
@@ -70,9 +71,9 @@ def test_anomalous_update_is_withheld_bit_for_bit(tmp_path, quiet, mode, poison)
     else:
         bad_y[0, 0] = 1e6          # a finite but exploding gradient
     outputs = step(ms.Tensor(bad_x), ms.Tensor(bad_y))
-    _, _, skipped, finite = outputs[1].asnumpy()[:4]
-    assert skipped == 1.0
-    assert finite == (1.0 if poison == "huge" else 0.0)
+    out = read_outputs(outputs, wrapped_by=step)
+    assert out.skipped is True
+    assert out.grads_finite is (poison == "huge")
     after = weights_of(step)
     assert before.keys() == after.keys()
     for name in before:
@@ -87,7 +88,8 @@ def test_without_skipping_the_bad_update_is_applied(tmp_path, quiet, graph_mode)
     y[0, 0] = 1e6
     before = weights_of(net)
     outputs = step(ms.Tensor(x), ms.Tensor(y))
-    assert outputs[1].asnumpy()[2] == 0.0           # not skipped
+    out = read_outputs(outputs, wrapped_by=step)
+    assert out.grad_norm > 100 and out.skipped is False
     assert not np.array_equal(before["inp.weight"], weights_of(net)["inp.weight"])
 
 
@@ -110,3 +112,18 @@ def test_wrap_rejects_wrong_types(tmp_path, quiet):
         monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), "adam")
     with pytest.raises(TypeError, match="net_with_loss must be a mindspore.nn.Cell"):
         monitor.wrap(lambda x: x, nn.Adam(net.trainable_params()))
+
+
+def test_an_lr_changed_between_steps_is_reported_and_applied(tmp_path, quiet, graph_mode):
+    # A Parameter that only the optimizer's branch reads would miss set_data in GRAPH_MODE;
+    # the wrap reads the LR outside the branch so both the record and the update see it.
+    net, optimizer, step = _wrapped(tmp_path, quiet, optimizer_cls=nn.SGD, lr=0.1)
+    x, y = regression_arrays(8)
+    step(ms.Tensor(x), ms.Tensor(y))
+    optimizer.learning_rate.set_data(ms.Tensor(0.02, ms.float32))
+    before = weights_of(net)
+    out = read_outputs(step(ms.Tensor(x), ms.Tensor(y)), wrapped_by=step)
+    assert out.lr_groups == [pytest.approx(0.02)]
+    moved = np.sqrt(sum(np.sum((weights_of(net)[k] - before[k]).astype(np.float64) ** 2)
+                        for k in before))
+    assert moved == pytest.approx(0.02 * out.grad_norm, rel=1e-4)

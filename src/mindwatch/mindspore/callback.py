@@ -143,7 +143,8 @@ class TrainMonitor(Callback):
         step_time = (now - self._mark) / covered if self._mark is not None else None
         self._mark = now
         self._last_step_num = step
-        out = read_outputs(cb.net_outputs, wrapped=self._is_wrapped(cb))
+        out = read_outputs(cb.net_outputs,
+                           wrapped_by=self.train_step if self._is_wrapped(cb) else None)
         lrs = out.lr_groups
         if lrs is None:
             lrs = applied_lrs(getattr(cb, "optimizer", None))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 import mindspore as ms
+import numpy as np
 from mindspore import nn, ops
 from mindspore.context import ParallelMode
 from mindspore.nn.wrap.grad_reducer import DistributedGradReducer
@@ -18,8 +19,11 @@ from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get
 from .lr import group_indices
 
 # Layout of the ``stats`` output (float32 vector), read by the callback (outputs.py). Packing
-# the numbers into one tensor costs one device-to-host copy per step instead of five.
-STAT_LOSS, STAT_GRAD_NORM, STAT_SKIPPED, STAT_FINITE, STAT_LR = 0, 1, 2, 3, 4  # LRs from 4 on
+# the numbers into one tensor costs one device-to-host copy per step instead of three.
+# Whether the update was applied is not an output: it follows from the norm by one
+# comparison, which ``update_applied`` repeats on the host (every graph kernel costs ~20 us
+# of launch on the CPU, more than its arithmetic).
+STAT_LOSS, STAT_GRAD_NORM, STAT_LR = 0, 1, 2     # LRs from 2 on, one per parameter group
 
 # Below this many gradient elements the norm is taken over one concatenated vector: one
 # reduction instead of one per parameter costs 2-4x less on the CPU, for the demo (76k
@@ -54,13 +58,17 @@ class MonitoredTrainStep(nn.Cell):
 
     Outputs: ``(loss, stats)``, plus ``param_sq_norms`` (squared L2 norm of each gradient,
     in the order of ``optimizer.parameters``) with ``per_layer_norms=True``. ``stats`` is a
-    float32 vector: the loss, the pre-clip global L2 norm, update skipped (0/1), gradients
-    finite (0/1), then the LR used at this step, one entry per parameter group.
+    float32 vector: the loss, the pre-clip global L2 norm, then the LR used at this step,
+    one entry per parameter group.
 
-    "Gradients finite" is read off the sum of squares: a NaN or Inf anywhere makes it
-    non-finite. That saves a pass over every gradient; the price is that finite gradients
-    whose squares overflow float32 (norm above ~1.8e19) also count as non-finite, which
-    withholds the update all the same.
+    The update is applied when ``grad_norm <= grad_explode``. A NaN or Inf anywhere in the
+    gradients makes the norm non-finite, which fails that comparison too, so one comparison
+    covers both rules. The price: finite gradients whose squares overflow float32 (norm
+    above ~1.8e19) count as non-finite, which withholds the update all the same.
+
+    On the CPU the ``if`` around the optimizer costs a fixed ~0.7-1 ms per step: MindSpore
+    runs each branch as its own kernel graph there. On Ascend it compiles to in-graph
+    conditional kernels ("switch inline").
     """
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
@@ -75,6 +83,8 @@ class MonitoredTrainStep(nn.Cell):
         self.sens = float(sens)
         self.hyper_map = ops.HyperMap()
         self.grad_explode = ms.Tensor(grad_explode, ms.float32)
+        # The same threshold as the graph compares against, rounded to float32 the same way.
+        self._grad_explode_f32 = float(np.float32(grad_explode))
         self.clip = clip_grad_norm is not None
         self.clip_norm = ms.Tensor(clip_grad_norm if self.clip else 1.0, ms.float32)
         self.skip_anomalous = skip_anomalous_updates
@@ -96,33 +106,46 @@ class MonitoredTrainStep(nn.Cell):
             return ops.stack([ops.reshape(lr[i], ()) for i in self.lr_group_indices])
         return ops.reshape(lr, ())
 
+    def update_applied(self, grad_norm: float) -> bool:
+        """The graph's decision, repeated on the host from the returned norm (a float32
+        value, so comparing it in float64 gives the float32 answer). NaN compares False."""
+        return not self.skip_anomalous or grad_norm <= self._grad_explode_f32
+
     def construct(self, *inputs):
         loss = self.network(*inputs)
         sens = ops.ones_like(loss) * self.sens
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         grads = self.grad_reducer(grads)
         if self.fused_norm:
-            flat = ops.cat([ops.reshape(g, (-1,)).astype(ms.float32) for g in grads])
+            flat = ops.cat([_as_float32(ops.reshape(g, (-1,))) for g in grads])
             grad_norm = ops.sqrt(ops.reduce_sum(ops.square(flat)))
         else:
             param_sq_norms = ops.stack(self.hyper_map(_square_sum, grads))
             grad_norm = ops.sqrt(param_sq_norms.sum())
-        grads_finite = ops.isfinite(grad_norm)
-        # Read before the optimizer runs: afterwards its global_step points at the next step.
-        lr = self._current_lr()
         if self.clip:
             factor = self.clip_norm / ops.maximum(grad_norm, self.clip_norm)
             grads = self.hyper_map(ops.partial(_scale, factor), grads)
+        # Read before the update: afterwards global_step points at the next step. And read
+        # here, not inside the branch: in GRAPH_MODE a Parameter that only a branch reads
+        # misses later set_data calls from Python (measured on MindSpore 2.10, CPU), so an LR
+        # knob or a fixed LR changed between steps would be read stale. The price is a
+        # schedule evaluated twice per step, once here and once by the optimizer.
+        lr = self._current_lr()
         if self.skip_anomalous:
-            apply = ops.logical_and(grads_finite, grad_norm <= self.grad_explode)
+            if grad_norm <= self.grad_explode:
+                loss = ops.depend(loss, self.optimizer(grads))
         else:
-            apply = ops.ones_like(grads_finite)
-        if apply:
             loss = ops.depend(loss, self.optimizer(grads))
-        stats = ops.concat((ops.stack((ops.reshape(loss, ()).astype(ms.float32), grad_norm,
-                                       ops.logical_not(apply).astype(ms.float32),
-                                       grads_finite.astype(ms.float32))),
-                            ops.reshape(lr.astype(ms.float32), (-1,))))
+        loss_f32 = _as_float32(ops.reshape(loss, ()))
+        if self.group_lr:
+            stats = ops.concat((ops.stack((loss_f32, grad_norm)), _as_float32(lr)))
+        else:
+            stats = ops.stack((loss_f32, grad_norm, _as_float32(ops.reshape(lr, ()))))
         if self.per_layer_norms:
             return loss, stats, param_sq_norms
         return loss, stats
+
+
+def _as_float32(tensor):
+    # Compile-time check: a Cast to the same type would still be a kernel launch.
+    return tensor if tensor.dtype == ms.float32 else tensor.astype(ms.float32)
