@@ -32,17 +32,19 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("wrapped", [True, False], ids=["wrap", "plain"])
+@pytest.mark.parametrize("build", ["wrap", "plain", "own_cell"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_lr_is_the_one_applied_at_each_step(tmp_path, quiet, graph_mode, case, wrapped):
+def test_lr_is_the_one_applied_at_each_step(tmp_path, quiet, graph_mode, case, build):
     make_optimizer, expected = CASES[case]
     net = make_regressor()
     optimizer = make_optimizer(net.trainable_params())
     monitor = TrainMonitor(str(tmp_path), stream=quiet)
-    if wrapped:
+    if build == "wrap":
         model = ms.train.Model(monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), optimizer))
-    else:
+    elif build == "plain":
         model = ms.train.Model(net, nn.MSELoss(), optimizer)
+    else:       # the user's own train cell: Model is given no optimizer to report
+        model = ms.train.Model(nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer))
     model.train(1, regression_dataset(n=8 * STEPS), callbacks=[monitor], dataset_sink_mode=False)
     steps = read_rank_log(str(tmp_path / "rank_0.jsonl")).steps
     assert [r["step"] for r in steps] == list(range(1, STEPS + 1))

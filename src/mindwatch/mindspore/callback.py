@@ -147,7 +147,7 @@ class TrainMonitor(Callback):
                            wrapped_by=self.train_step if self._is_wrapped(cb) else None)
         lrs = out.lr_groups
         if lrs is None:
-            lrs = applied_lrs(getattr(cb, "optimizer", None))
+            lrs = applied_lrs(self._optimizer(cb))
         if out.grad_norm is None and not self._said_grads_off:
             self._said_grads_off = True
             self.monitor.notice(_GRAD_CHECKS_OFF)
@@ -188,6 +188,15 @@ class TrainMonitor(Callback):
     def _is_wrapped(self, cb) -> bool:
         network = getattr(cb, "train_network", None)
         return self.train_step is not None and (network is None or network is self.train_step)
+
+    @staticmethod
+    def _optimizer(cb) -> Optional[nn.Optimizer]:
+        """Model's optimizer, else the one inside the user's own train cell (Model is then
+        built without one: ``Model(nn.TrainOneStepCell(net_with_loss, optimizer))``)."""
+        optimizer = getattr(cb, "optimizer", None)
+        if optimizer is None:
+            optimizer = getattr(getattr(cb, "train_network", None), "optimizer", None)
+        return optimizer if isinstance(optimizer, nn.Optimizer) else None
 
     def _batch_size(self, cb) -> Optional[int]:
         """Samples in this step: the setting, else the leading dimension of the first input
