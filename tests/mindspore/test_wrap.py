@@ -127,3 +127,17 @@ def test_an_lr_changed_between_steps_is_reported_and_applied(tmp_path, quiet, gr
     moved = np.sqrt(sum(np.sum((weights_of(net)[k] - before[k]).astype(np.float64) ** 2)
                         for k in before))
     assert moved == pytest.approx(0.02 * out.grad_norm, rel=1e-4)
+
+
+def test_the_host_repeats_the_graphs_float32_decision(tmp_path, quiet):
+    monitor = TrainMonitor(str(tmp_path), stream=quiet, grad_explode=0.1)   # not exact in float32
+    net = make_regressor()
+    step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params()))
+    bound = np.float32(0.1)
+    assert step.update_applied(float(bound)) is True          # the graph compares with <=
+    assert step.update_applied(float(np.nextafter(bound, np.float32(1)))) is False
+    assert not step.update_applied(float("nan")) and not step.update_applied(float("inf"))
+    keep = TrainMonitor(str(tmp_path / "keep"), stream=quiet, grad_explode=0.1).wrap(
+        nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params()),
+        skip_anomalous_updates=False)
+    assert keep.update_applied(float("nan")) is True
