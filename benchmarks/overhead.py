@@ -7,7 +7,9 @@ StepClock callback, first in every list, times each step from the previous step'
 every other callback's cost is inside, Model.train's set-up is not). Per chunk the median
 step time is kept; the ratio is the median over chunks of (this configuration's chunk / the
 bare chunk of the same round), against the bare train step with no callbacks. The sampler
-configurations are also compared, the same way, with TrainMonitor+wrap without sampler.
+configurations are also compared, the same way, with TrainMonitor+wrap without sampler, and
+TrainMonitor+wrap with the bare step whose update sits inside the same kind of graph `if`
+(MindSpore's own cost of withholding an update in the graph).
 Then the cost of one sample of each hardware probe.
 
     python benchmarks/overhead.py [--chunks 12] [--steps-per-chunk 40] [--d-model 64 --layers 2]
@@ -102,6 +104,9 @@ CONFIGS = [
     ("TrainMonitor+wrap, hardware every 0.5 s", mindwatch(hardware_interval_s=0.5)),
 ]
 SAMPLER_BASE = "TrainMonitor+wrap"    # the sampler configurations are also compared to this
+# The skipping step is also compared to the bare step with the same in-graph `if`: what is
+# left is mindwatch's own cost (norm, outputs, callback), apart from MindSpore's control flow.
+IF_BASE, IF_COMPARED = "bare step, update inside an if", "TrainMonitor+wrap"
 
 
 def probe_costs(repeats=50):
@@ -175,7 +180,8 @@ def main(argv=None) -> int:
           f"{args.steps_per_chunk} steps")
     print("ms/step: median over chunks of each chunk's median step-to-step time; ratio: median")
     print("over chunks of (this chunk / the bare chunk of the same round), so drift cancels")
-    print(f"{'configuration':<42}{'ms/step':>9}{'ratio':>8}{'vs no sampler':>15}")
+    print(f"{'configuration':<42}{'ms/step':>9}{'ratio':>8}{'vs no sampler':>15}"
+          f"{'vs if-step':>12}")
     for name, *_ in configs:
         ratios = [mine / bare for mine, bare in zip(per_chunk[name], per_chunk[base_name])]
         line = (f"{name:<42}{statistics.median(per_chunk[name]) * 1000:>9.2f}"
@@ -183,6 +189,9 @@ def main(argv=None) -> int:
         if "hardware" in name and SAMPLER_BASE in per_chunk:
             own = [mine / base for mine, base in zip(per_chunk[name], per_chunk[SAMPLER_BASE])]
             line += f"{statistics.median(own):>15.3f}"
+        if name == IF_COMPARED and IF_BASE in per_chunk:
+            own = [mine / base for mine, base in zip(per_chunk[name], per_chunk[IF_BASE])]
+            line += f"{'':>15}{statistics.median(own):>12.3f}"
         print(line)
     print("\ncost of one sample() per probe (on the sampler thread, never on the step):")
     for name, seconds in probe_costs().items():
