@@ -9,12 +9,21 @@ from mindwatch.mindspore import TrainMonitor
 from mindwatch.mindspore.outputs import read_outputs
 
 
-def _reference_norm(initial, x, y):
+def make_padless(seed=0):
+    """1280 weights, a whole number of the norm's 256 rows: the concatenation needs no zeros."""
+    ms.set_seed(seed)
+    return nn.SequentialCell(nn.Dense(4, 256, has_bias=False), nn.Dense(256, 1, has_bias=False))
+
+
+NETS = {"regressor": make_regressor, "padless": make_padless}
+
+
+def _reference_norm(initial, x, y, make_net=make_regressor):
     """The global L2 norm from mindspore.value_and_grad on a fresh cell, in PyNative mode."""
     previous = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)
     try:
-        net = make_regressor()
+        net = make_net()
         for param in net.get_parameters():
             param.set_data(ms.Tensor(initial[param.name]))
         loss_net = nn.WithLossCell(net, nn.MSELoss())
@@ -25,22 +34,24 @@ def _reference_norm(initial, x, y):
         ms.set_context(mode=previous)
 
 
-def _wrapped(tmp_path, quiet, optimizer_cls=nn.Adam, lr=0.01, **wrap_options):
-    net = make_regressor()
+def _wrapped(tmp_path, quiet, optimizer_cls=nn.Adam, lr=0.01, make_net=make_regressor,
+             **wrap_options):
+    net = make_net()
     monitor = TrainMonitor(str(tmp_path), stream=quiet)
     optimizer = optimizer_cls(net.trainable_params(), learning_rate=lr)
     return net, optimizer, monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), optimizer,
                                         **wrap_options)
 
 
-def test_global_norm_matches_value_and_grad(tmp_path, quiet, mode):
-    net, _, step = _wrapped(tmp_path, quiet)
-    x, y = regression_arrays(8)
+@pytest.mark.parametrize("net_name", list(NETS))
+def test_global_norm_matches_value_and_grad(tmp_path, quiet, mode, net_name):
+    net, _, step = _wrapped(tmp_path, quiet, make_net=NETS[net_name])
+    assert (step.norm_padding == 0) is (net_name == "padless")
     for seed in range(3):                          # several steps: weights move in between
         x, y = regression_arrays(8, seed=seed)
         initial = weights_of(net)
         outputs = step(ms.Tensor(x), ms.Tensor(y))
-        reference = _reference_norm(initial, x, y)
+        reference = _reference_norm(initial, x, y, NETS[net_name])
         out = read_outputs(outputs, wrapped_by=step)
         assert abs(out.grad_norm - reference) / reference < 1e-5, (mode, seed, out, reference)
         assert out.grads_finite is True and out.skipped is False

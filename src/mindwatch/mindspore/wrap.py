@@ -31,6 +31,11 @@ STAT_LOSS, STAT_GRAD_NORM, STAT_LR = 0, 1, 2     # LRs from 2 on, one per parame
 # concatenated copy would cost real memory (a 7B model's gradients are 28 GB in float32), so
 # the norm goes per parameter, as it does with per_layer_norms.
 FUSED_NORM_MAX_ELEMENTS = 1 << 24
+# The concatenated vector is summed as this many rows, then the row sums: MindSpore's CPU
+# ReduceSum over one long 1-D vector is slow (2.1M elements: 3.3 ms, as 256 rows: 1.9 ms; 8.4M:
+# 10.7 vs 7.4 ms; 76k: the same 0.3 ms) and shorter float32 sums also lose less precision.
+# The vector is padded with zeros to a whole number of rows.
+FUSED_NORM_ROWS = 256
 
 _square_sum = ops.MultitypeFuncGraph("mindwatch_square_sum")
 _scale = ops.MultitypeFuncGraph("mindwatch_scale")
@@ -89,8 +94,10 @@ class MonitoredTrainStep(nn.Cell):
         self.clip_norm = ms.Tensor(clip_grad_norm if self.clip else 1.0, ms.float32)
         self.skip_anomalous = skip_anomalous_updates
         self.per_layer_norms = per_layer_norms
-        self.fused_norm = (not per_layer_norms and
-                           sum(p.size for p in self.weights) <= FUSED_NORM_MAX_ELEMENTS)
+        total = sum(p.size for p in self.weights)
+        self.fused_norm = not per_layer_norms and total <= FUSED_NORM_MAX_ELEMENTS
+        self.norm_padding = (-total) % FUSED_NORM_ROWS
+        self.norm_pad = ms.Tensor(np.zeros(max(self.norm_padding, 1), np.float32))
         self.group_lr = bool(getattr(optimizer, "is_group_lr", False))
         self.lr_group_indices = tuple(group_indices(optimizer))
         self.grad_reducer = nn.Identity()
@@ -117,8 +124,11 @@ class MonitoredTrainStep(nn.Cell):
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         grads = self.grad_reducer(grads)
         if self.fused_norm:
-            flat = ops.cat([_as_float32(ops.reshape(g, (-1,))) for g in grads])
-            grad_norm = ops.sqrt(ops.reduce_sum(ops.square(flat)))
+            parts = [_as_float32(ops.reshape(g, (-1,))) for g in grads]
+            if self.norm_padding:
+                parts = parts + [self.norm_pad]
+            rows = ops.reshape(ops.cat(parts), (FUSED_NORM_ROWS, -1))
+            grad_norm = ops.sqrt(ops.reduce_sum(ops.reduce_sum(ops.square(rows), 1)))
         else:
             param_sq_norms = ops.stack(self.hyper_map(_square_sum, grads))
             grad_norm = ops.sqrt(param_sq_norms.sum())
