@@ -97,6 +97,8 @@ class MonitoredTrainStep(nn.Cell):
         total = sum(p.size for p in self.weights)
         self.fused_norm = not per_layer_norms and total <= FUSED_NORM_MAX_ELEMENTS
         self.norm_padding = (-total) % FUSED_NORM_ROWS
+        # Zeros completing the last row; a 1-element placeholder when none are needed (the
+        # graph only reads it when norm_padding is non-zero, a compile-time constant).
         self.norm_pad = ms.Tensor(np.zeros(max(self.norm_padding, 1), np.float32))
         self.group_lr = bool(getattr(optimizer, "is_group_lr", False))
         self.lr_group_indices = tuple(group_indices(optimizer))
