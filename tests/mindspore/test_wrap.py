@@ -152,3 +152,28 @@ def test_the_host_repeats_the_graphs_float32_decision(tmp_path, quiet):
         nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params()),
         skip_anomalous_updates=False)
     assert keep.update_applied(float("nan")) is True
+
+
+def test_a_checkpoint_loaded_between_steps_is_trained_on(tmp_path, quiet, graph_mode):
+    # Rewinding in-process after an anomaly: load_param_into_net replaces the Parameters'
+    # data. Adam's moments are read only by the optimizer inside the skip branch; unless the
+    # wrap also loads them outside it, the graph would keep updating a detached copy.
+    net, _, step = _wrapped(tmp_path, quiet)
+    x, y = (ms.Tensor(a) for a in regression_arrays(8))
+    for _ in range(2):
+        step(x, y)
+    saved = str(tmp_path / "good.ckpt")
+    ms.save_checkpoint(step, saved)
+    for _ in range(3):
+        step(x, y)
+    ms.load_param_into_net(step, ms.load_checkpoint(saved))
+    step(x, y)
+    rewound = weights_of(step)
+
+    fresh_net, _, fresh = _wrapped(tmp_path / "fresh", quiet)    # compiled after the load
+    ms.load_param_into_net(fresh, ms.load_checkpoint(saved))
+    fresh(x, y)
+    expected = weights_of(fresh)
+    assert rewound.keys() == expected.keys()
+    for name in expected:
+        assert np.array_equal(rewound[name], expected[name]), name

@@ -100,6 +100,10 @@ class MonitoredTrainStep(nn.Cell):
         # Zeros completing the last row; a 1-element placeholder when none are needed (the
         # graph only reads it when norm_padding is non-zero, a compile-time constant).
         self.norm_pad = ms.Tensor(np.zeros(max(self.norm_padding, 1), np.float32))
+        weight_ids = {id(p) for p in self.weights}
+        # The optimizer's own Parameters (moments, step counter, LR); see construct.
+        self.optimizer_state = ms.ParameterTuple(
+            p for p in optimizer.get_parameters() if id(p) not in weight_ids)
         self.group_lr = bool(getattr(optimizer, "is_group_lr", False))
         self.lr_group_indices = tuple(group_indices(optimizer))
         self.grad_reducer = nn.Identity()
@@ -144,6 +148,11 @@ class MonitoredTrainStep(nn.Cell):
         # schedule evaluated twice per step, once here and once by the optimizer.
         lr = self._current_lr()
         if self.skip_anomalous:
+            # For the same reason every optimizer state Parameter (moments, beta powers) is
+            # loaded here: read only inside the branch, a checkpoint loaded into them with
+            # load_param_into_net between steps would be ignored, and the branch would go on
+            # updating a detached copy. A depend adds no kernel.
+            loss = ops.depend(loss, self.optimizer_state)
             if grad_norm <= self.grad_explode:
                 loss = ops.depend(loss, self.optimizer(grads))
         else:
