@@ -44,7 +44,8 @@ def test_lr_is_the_one_applied_at_each_step(tmp_path, quiet, graph_mode, case, b
     elif build == "plain":
         model = ms.train.Model(net, nn.MSELoss(), optimizer)
     else:       # the user's own train cell: Model is given no optimizer to report
-        model = ms.train.Model(nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer))
+        own_cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+        model = ms.train.Model(own_cell)
     model.train(1, regression_dataset(n=8 * STEPS), callbacks=[monitor], dataset_sink_mode=False)
     steps = read_rank_log(str(tmp_path / "rank_0.jsonl")).steps
     assert [r["step"] for r in steps] == list(range(1, STEPS + 1))

@@ -170,7 +170,7 @@ def test_a_checkpoint_loaded_between_steps_is_trained_on(tmp_path, quiet, graph_
     step(x, y)
     rewound = weights_of(step)
 
-    fresh_net, _, fresh = _wrapped(tmp_path / "fresh", quiet)    # compiled after the load
+    _, _, fresh = _wrapped(tmp_path / "fresh", quiet)    # compiled after the load
     ms.load_param_into_net(fresh, ms.load_checkpoint(saved))
     fresh(x, y)
     expected = weights_of(fresh)

@@ -72,8 +72,8 @@ class MonitoredTrainStep(nn.Cell):
     above ~1.8e19) count as non-finite, which withholds the update all the same.
 
     On the CPU the ``if`` around the optimizer costs a fixed ~1 ms per step (5% of the demo
-    model's 24 ms step): MindSpore runs each branch as its own kernel graph there. On Ascend it compiles to in-graph
-    conditional kernels ("switch inline").
+    model's 24 ms step): MindSpore runs each branch as its own kernel graph there. On Ascend
+    it compiles to in-graph conditional kernels ("switch inline").
     """
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
