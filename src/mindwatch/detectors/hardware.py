@@ -58,7 +58,24 @@ class _Streaks:
         return self.counts[key] == self.consecutive  # exactly then: one alarm per episode
 
 
-class OverheatDetector(Detector):
+class _StreakDetector(Detector):
+    """What both hardware rules share: per-device streaks, their wording and their state."""
+
+    def __init__(self, consecutive: int):
+        self._streaks = _Streaks(_check_consecutive(consecutive))
+
+    def _samples_text(self) -> str:
+        n = self._streaks.consecutive
+        return f"for {n} consecutive hardware sample{'s' if n > 1 else ''}"
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"streaks": dict(self._streaks.counts)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self._streaks.counts = {str(k): int(v) for k, v in state.get("streaks", {}).items()}
+
+
+class OverheatDetector(_StreakDetector):
     """``overheat`` when a device's ``temp_c`` >= ``max_temperature_c`` for ``consecutive``
     samples in a row (per device). value = temperature, threshold = the limit."""
 
@@ -68,7 +85,7 @@ class OverheatDetector(Detector):
             raise ValueError(f"max_temperature_c must be a finite number of degrees C; "
                              f"got {max_temperature_c!r}")
         self.max_temperature_c = float(max_temperature_c)
-        self._streaks = _Streaks(_check_consecutive(consecutive))
+        super().__init__(consecutive)
 
     def update_hardware(self, sample: HardwareSample) -> List[Anomaly]:
         found = []
@@ -76,21 +93,14 @@ class OverheatDetector(Detector):
         for device in sample.devices:
             temp = device.temp_c if is_finite(device.temp_c) else None
             if self._streaks.step(_key(device), None if temp is None else temp >= limit):
-                n = self._streaks.consecutive
                 found.append(Anomaly(
                     OVERHEAT, None, temp, limit,
-                    f"{_name(device)} temperature {temp:g} C >= {limit:g} C for {n} "
-                    f"consecutive hardware sample{'s' if n > 1 else ''}"))
+                    f"{_name(device)} temperature {temp:g} C >= {limit:g} C "
+                    f"{self._samples_text()}"))
         return found
 
-    def state_dict(self) -> Dict[str, Any]:
-        return {"streaks": dict(self._streaks.counts)}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self._streaks.counts = {str(k): int(v) for k, v in state.get("streaks", {}).items()}
-
-
-class MemoryPressureDetector(Detector):
+class MemoryPressureDetector(_StreakDetector):
     """``memory_pressure`` when, for ``consecutive`` samples in a row, a device's
     ``mem_used_mb / mem_total_mb`` >= ``device_fraction`` (value = that fraction), or the
     host's available memory is below ``host_available_fraction`` of its total (value = the
@@ -104,11 +114,7 @@ class MemoryPressureDetector(Detector):
         self.device_fraction = _check_fraction("device_fraction", device_fraction)
         self.host_available_fraction = _check_fraction("host_available_fraction",
                                                        host_available_fraction)
-        self._streaks = _Streaks(_check_consecutive(consecutive))
-
-    def _samples_text(self) -> str:
-        n = self._streaks.consecutive
-        return f"for {n} consecutive hardware sample{'s' if n > 1 else ''}"
+        super().__init__(consecutive)
 
     def update_hardware(self, sample: HardwareSample) -> List[Anomaly]:
         found = []
@@ -133,9 +139,3 @@ class MemoryPressureDetector(Detector):
                     f"host memory: only {100 * fraction:.1f}% available ({available:.3g} of "
                     f"~{used + available:.3g} GB) < {100 * host:g}% {self._samples_text()}"))
         return found
-
-    def state_dict(self) -> Dict[str, Any]:
-        return {"streaks": dict(self._streaks.counts)}
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self._streaks.counts = {str(k): int(v) for k, v in state.get("streaks", {}).items()}
