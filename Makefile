@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test venv bench docs clean
 
 venv: $(STAMP)
 
@@ -24,6 +24,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/overhead.py
+
+# The settings table of docs/api.md, regenerated from src/mindwatch/settings.py.
+docs: $(STAMP)
+	$(PY) -m mindwatch.settings_doc --write docs/api.md
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

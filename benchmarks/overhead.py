@@ -118,8 +118,8 @@ def probe_costs(repeats=50):
     probes = {"host (psutil)": HostProbe(),
               "framework memory (mindspore.runtime)": FrameworkMemoryProbe(
                   mindspore_memory_reader())}
-    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "fixtures",
-                           "npu-smi", "info-23.0.rc3.3-910B1.txt")
+    fixture = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "npu-smi",
+                           "info-23.0.rc3.3-910B1.txt")
     if os.path.exists(fixture):
         fake = os.path.join(tempfile.mkdtemp(), "npu-smi")
         with open(fake, "w") as handle:

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-# Real recorded npu-smi output lives in <repo>/../shared/fixtures/npu-smi: CI clones the
-# repository with shared/ beside it, as on the development machine. The fixtures are the
-# point of the tests that use them, so their absence fails instead of skipping.
-NPU_SMI_FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "npu-smi"
+# Real recorded npu-smi output lives in tests/fixtures/npu-smi (see its README for where each
+# recording came from). The fixtures are the point of the tests that use them, so their
+# absence fails instead of skipping.
+NPU_SMI_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "npu-smi"
 
 
 class FakeClock:

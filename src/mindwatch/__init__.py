@@ -3,8 +3,10 @@
 The top-level package is the framework-free core; ``mindwatch.mindspore`` is the adapter.
 """
 from .anomaly import ANOMALY_KINDS, Anomaly
+from .framework import FrameworkHooks, SinkContext
 from .monitor import Monitor
 from .settings import MonitorSettings
 from .version import __version__
 
-__all__ = ["ANOMALY_KINDS", "Anomaly", "Monitor", "MonitorSettings", "__version__"]
+__all__ = ["ANOMALY_KINDS", "Anomaly", "FrameworkHooks", "Monitor", "MonitorSettings",
+           "SinkContext", "__version__"]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 LOSS_NONFINITE = "loss_nonfinite"
 GRADIENT_NONFINITE = "gradient_nonfinite"
@@ -17,7 +17,7 @@ MEMORY_PRESSURE = "memory_pressure"
 STRAGGLER = "straggler"
 PEER_STOP = "peer_stop"
 
-# Stable strings of the contract, in the order a report lists them.
+# Stable strings (docs/log-format.md), in the order a report lists them.
 ANOMALY_KINDS = (
     LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, LOSS_SPIKE,
     GRAD_SPIKE, LOSS_RISING, LR_ANOMALY, OVERHEAT, MEMORY_PRESSURE, STRAGGLER, PEER_STOP,
@@ -36,6 +36,8 @@ class Anomaly:
     actions: List[str] = field(default_factory=list)
     checkpoint: Optional[str] = None
     report: Optional[str] = None
+    # For peer_stop: (rank, anomaly kind) of the rank whose anomaly stopped the run.
+    origin: Optional[Tuple[int, str]] = None
 
     @property
     def stops(self) -> bool:

@@ -8,9 +8,16 @@ from typing import Any, Dict, List, Mapping, Optional
 from . import format as fmt
 from . import records
 from .anomaly import Anomaly
+from .records import Anomaly as Record
+from .records import Common, Step
 from .run_dir import anomaly_report_stem, write_text_atomically
 
 HISTORY_STEPS = 50
+# The step fields each history row keeps.
+HISTORY_FIELDS = (Step.STEP, Step.LOSS, Step.LOSS_SMOOTH, Step.GRAD_NORM, Step.LR, Step.SKIPPED)
+# The report's own fields, beside the anomaly record's.
+NOTES, RESUME, HARDWARE, TOP_LAYERS, HISTORY = (
+    "notes", "resume", records.HARDWARE, "top_layers", "history")
 
 
 def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: List[Mapping[str, Any]],
@@ -19,14 +26,13 @@ def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: List[Map
     """Write both files; returns the JSON path. ``history`` is the last step records."""
     stem = anomaly_report_stem(log_dir, anomaly.step or 0, rank)
     os.makedirs(os.path.dirname(stem), exist_ok=True)
-    steps = [dict(step=r.get("step"), loss=r.get("loss"), loss_smooth=r.get("loss_smooth"),
-                  grad_norm=r.get("grad_norm"), lr=r.get("lr"), skipped=r.get("skipped"))
-             for r in history[-HISTORY_STEPS:]]
+    steps = [{name: r.get(name) for name in HISTORY_FIELDS} for r in history[-HISTORY_STEPS:]]
     body: Dict[str, Any] = {
-        "anomaly": anomaly.kind, "step": anomaly.step, "rank": rank, "value": anomaly.value,
-        "threshold": anomaly.threshold, "message": anomaly.message, "actions": anomaly.actions,
-        "checkpoint": anomaly.checkpoint, "notes": notes, "resume": resume_snippet,
-        "hardware": hardware, "top_layers": top_layers, "history": steps,
+        Record.ANOMALY: anomaly.kind, Record.STEP: anomaly.step, Common.RANK: rank,
+        Record.VALUE: anomaly.value, Record.THRESHOLD: anomaly.threshold,
+        Record.MESSAGE: anomaly.message, Record.ACTIONS: anomaly.actions,
+        Record.CHECKPOINT: anomaly.checkpoint, NOTES: notes, RESUME: resume_snippet,
+        HARDWARE: hardware, TOP_LAYERS: top_layers, HISTORY: steps,
     }
     json_path = stem + ".json"
     write_text_atomically(json_path, records.encode(body) + "\n")
@@ -36,29 +42,30 @@ def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: List[Map
 
 def _markdown(body: Mapping[str, Any]) -> str:
     lines = [
-        f"# Anomaly: {body['anomaly']} at step {body['step']} (rank {body['rank']})", "",
-        body["message"], "",
-        f"- value: {fmt.number(body['value'])}",
-        f"- threshold: {fmt.number(body['threshold'])}",
-        f"- actions taken: {', '.join(body['actions']) or 'none'}",
-        f"- checkpoint: {body['checkpoint'] or 'none written'}",
+        f"# Anomaly: {body[Record.ANOMALY]} at step {body[Record.STEP]} "
+        f"(rank {body[Common.RANK]})", "",
+        body[Record.MESSAGE], "",
+        f"- value: {fmt.number(body[Record.VALUE])}",
+        f"- threshold: {fmt.number(body[Record.THRESHOLD])}",
+        f"- actions taken: {', '.join(body[Record.ACTIONS]) or 'none'}",
+        f"- checkpoint: {body[Record.CHECKPOINT] or 'none written'}",
     ]
-    lines += [f"- {note}" for note in body["notes"]]
-    if body["top_layers"]:
+    lines += [f"- {note}" for note in body[NOTES]]
+    if body[TOP_LAYERS]:
         lines += ["", "## Layers with the largest gradient norm at this step", "",
                   "| layer | gradient L2 norm |", "|---|---:|"]
-        lines += [f"| {name} | {fmt.number(norm)} |" for name, norm in body["top_layers"]]
-    if body["resume"]:
-        lines += ["", "## Resume from the checkpoint", "", "```python", body["resume"], "```"]
-    hardware = body["hardware"]
+        lines += [f"| {name} | {fmt.number(norm)} |" for name, norm in body[TOP_LAYERS]]
+    if body[RESUME]:
+        lines += ["", "## Resume from the checkpoint", "", "```python", body[RESUME], "```"]
+    hardware = body[HARDWARE]
     if hardware:
         lines += ["", "## Latest hardware sample", "", "```json",
                   json.dumps(records.to_strict(dict(hardware)), indent=2), "```"]
-    lines += ["", f"## Last {len(body['history'])} steps", "",
+    lines += ["", f"## Last {len(body[HISTORY])} steps", "",
               "| step | loss | loss (smoothed) | grad norm | lr | skipped |",
               "|---:|---:|---:|---:|---:|:---:|"]
-    for row in body["history"]:
-        lines.append(f"| {row['step']} | {fmt.number(row['loss'])} | "
-                     f"{fmt.number(row['loss_smooth'])} | {fmt.number(row['grad_norm'])} | "
-                     f"{fmt.lr(row['lr'])} | {'yes' if row['skipped'] else ''} |")
+    for row in body[HISTORY]:
+        lines.append(f"| {row[Step.STEP]} | {fmt.number(row[Step.LOSS])} | "
+                     f"{fmt.number(row[Step.LOSS_SMOOTH])} | {fmt.number(row[Step.GRAD_NORM])} | "
+                     f"{fmt.lr(row[Step.LR])} | {'yes' if row[Step.SKIPPED] else ''} |")
     return "\n".join(lines) + "\n"

@@ -1,11 +1,15 @@
-"""The ``mindwatch`` command. Errors are one readable line on stderr, never a traceback."""
+"""The ``mindwatch`` command. Errors are one readable line on stderr, never a traceback.
+
+Commands: ``demo``, ``summary``, ``report``, ``watch`` (see docs/cli.md). Each handler takes
+the parsed arguments and returns the exit code; a problem the user can fix is raised as
+``CliError`` (message and exit code), which ``main`` prints as ``mindwatch <command>: <message>``.
+"""
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import sys
-from typing import List, Optional
 
 EXIT_UNREADABLE = 2
 
@@ -52,6 +56,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _summary(args: argparse.Namespace) -> int:
+    """``mindwatch summary RUN_DIR [--json]``: the verdict of a run, on stdout.
+
+    Reads every ``rank_<R>.jsonl`` of ``args.run_dir`` and prints, per rank, the steps, how the
+    run ended, first loss and last smoothed loss, withheld updates and each anomaly (``--json``:
+    the same as one JSON object, with ``exit_code``). Returns 0 when healthy (no anomaly
+    record and no rank ended with ``error``), 1 otherwise. Raises ``CliError`` (exit 2) when the
+    directory or a log cannot be read.
+
+    Example: ``mindwatch summary runs/exp1 --json``
+    """
     from .report.summary import render_text, summarize
     from .runlog import RunLogError, read_run
     try:
@@ -63,6 +77,16 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    """``mindwatch report RUN_DIR [-o FILE] [--png DIR] [--max-points N]``: one HTML file.
+
+    Writes a self-contained HTML page (every curve of every rank, anomalies marked and listed;
+    opens offline) to ``args.output`` (default ``RUN_DIR/report.html``) and prints its path;
+    with ``--png DIR`` also the main panels as PNG images (needs Pillow), one path per line.
+    Returns 0. Raises ``CliError`` (exit 2) for ``--max-points`` below 10, an unreadable run
+    directory, an unwritable output, or ``--png`` without Pillow.
+
+    Example: ``mindwatch report runs/exp1 -o exp1.html --png runs/exp1/png``
+    """
     from .report.html import write_html
     from .report.png import write_pngs
     from .runlog import RunLogError, read_run
@@ -82,7 +106,8 @@ def _report(args: argparse.Namespace) -> int:
         try:
             paths = write_pngs(run, args.png)
         except ImportError as exc:
-            raise CliError(f"--png needs Pillow ({exc}); pip install pillow") from exc
+            raise CliError(f"--png needs Pillow ({exc}); pip install 'mindwatch[report]' "
+                           "(or: pip install pillow)") from exc
         except OSError as exc:
             raise CliError(f"cannot write PNGs to {args.png}: {exc.strerror or exc}") from exc
         print("\n".join(paths))
@@ -90,6 +115,16 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
+    """``mindwatch watch RUN_DIR [--refresh S]``: a live terminal view of a run.
+
+    Follows every ``rank_<R>.jsonl`` of ``args.run_dir`` as it grows (waiting for the
+    directory and the logs to appear), redrawing every ``--refresh`` seconds. Returns 0 once
+    every rank has written its ``end`` record, 130 on Ctrl-C; the last view stays on screen.
+    Raises ``CliError`` (exit 2) for ``--refresh`` <= 0, a missing ``rich`` package, or a log
+    line that is not a run-log record.
+
+    Example: ``mindwatch watch runs/exp1 --refresh 2``
+    """
     if not args.refresh > 0:
         raise CliError(f"--refresh must be > 0 seconds; got {args.refresh}")
     try:
@@ -104,6 +139,17 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    """``mindwatch demo [--out DIR] [--steps N] [--inject KIND@STEP] [--seed N]``.
+
+    Trains a small Transformer language model on the CPU (GRAPH_MODE) for one epoch of
+    ``--steps`` steps under ``TrainMonitor`` with ``wrap(per_layer_norms=True)``, then writes
+    ``report.html`` into the run directory and prints both paths. ``--inject`` provokes a fault
+    (``explode``, ``nan``, ``diverge`` or ``vanish``) at that step. Returns 0 whether or not
+    anomalies were found (``mindwatch summary`` gives the verdict). Raises ``CliError`` (exit 2)
+    for ``--steps`` < 1, a malformed ``--inject`` or a missing MindSpore.
+
+    Example: ``mindwatch demo --steps 200 --inject explode@50``
+    """
     if args.steps < 1:
         raise CliError(f"--steps must be at least 1; got {args.steps}")
     try:
@@ -124,7 +170,17 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``mindwatch`` command line with ``argv`` (default ``sys.argv[1:]``).
+
+    Returns the command's exit code: ``summary`` 0 healthy, 1 anomalies, 2 unreadable input;
+    ``report`` and ``demo`` 0; ``watch`` 0 once every rank ended. Any error is one line on
+    stderr, ``mindwatch <command>: <message>``, never a traceback: exit 2 (or the code the
+    error carries), 130 on Ctrl-C. Usage errors are argparse's (usage on stderr, exit 2:
+    ``SystemExit`` is raised, as argparse does, for those and for ``--help``).
+
+    Example: ``mindwatch summary runs/exp1 --json``
+    """
     args = _parser().parse_args(argv)
     try:
         handler = {"demo": _demo, "summary": _summary, "report": _report,
@@ -136,7 +192,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"mindwatch {args.command}: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # the contract: one line, never a traceback
+    except Exception as exc:  # documented in docs/cli.md: one line, never a traceback
         print(f"mindwatch {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
 

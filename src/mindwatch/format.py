@@ -1,8 +1,11 @@
-"""One way to print numbers and units, shared by the console, the live view and the report."""
+"""One way to print numbers and units, shared by the console, the live view and the report
+(its tables, tooltips and axis ticks, in the HTML page and the PNGs alike)."""
 from __future__ import annotations
 
 import math
 from typing import Optional
+
+from .units import MB_PER_DEVICE_GB
 
 MISSING = "-"
 
@@ -17,6 +20,18 @@ def number(value: Optional[float], digits: int = 4) -> str:
     if magnitude != 0 and (magnitude >= 1e5 or magnitude < 1e-3):
         return f"{value:.{digits - 1}e}"
     return f"{value:.{digits}g}"
+
+
+def decade(exponent: int) -> str:
+    """10 ** exponent as people write it: 0.001 ... 100000, then 1e+6 or 1e-4."""
+    if -3 <= exponent <= 5:
+        return f"{10.0 ** exponent:.{max(0, -exponent)}f}"
+    return f"1e{exponent:+d}"
+
+
+def step(value: float) -> str:
+    """A position on the step axis: 1200, or 2.5 between the steps of a short run."""
+    return str(int(value)) if value == int(value) else f"{value:g}"
 
 
 def lr(value: Optional[float]) -> str:
@@ -63,4 +78,6 @@ def megabytes(value: Optional[float]) -> str:
     """Device memory as reported in MB: "812 MB", or "12.3 GB" from 1024 MB up."""
     if value is None or not math.isfinite(value):
         return MISSING
-    return f"{value / 1024:.1f} GB" if value >= 1024 else f"{value:.0f} MB"
+    if value >= MB_PER_DEVICE_GB:
+        return f"{value / MB_PER_DEVICE_GB:.1f} GB"
+    return f"{value:.0f} MB"

@@ -7,6 +7,11 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional
 
+from .records import Epoch, Step
+
+# state_dict key of the previous epoch's mean loss
+_PREVIOUS_MEAN = "previous_epoch_mean"
+
 
 class LossStats:
     def __init__(self, smoothing: float):
@@ -33,16 +38,17 @@ class LossStats:
         if mean is not None and self._previous_mean is not None:
             change = mean - self._previous_mean
             converging = change < 0
-        fields = dict(epoch=self.epoch, loss_mean=mean, steps=self._steps, loss_change=change,
-                      converging=converging, nonfinite_losses=self._steps - len(self._losses))
+        fields = {Epoch.EPOCH: self.epoch, Epoch.LOSS_MEAN: mean, Epoch.STEPS: self._steps,
+                  Epoch.LOSS_CHANGE: change, Epoch.CONVERGING: converging,
+                  Epoch.NONFINITE_LOSSES: self._steps - len(self._losses)}
         if mean is not None:
             self._previous_mean = mean
         self._losses, self._steps = [], 0
         return fields
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"loss_smooth": self.smooth, "previous_epoch_mean": self._previous_mean}
+        return {Step.LOSS_SMOOTH: self.smooth, _PREVIOUS_MEAN: self._previous_mean}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.smooth = state.get("loss_smooth")
-        self._previous_mean = state.get("previous_epoch_mean")
+        self.smooth = state.get(Step.LOSS_SMOOTH)
+        self._previous_mean = state.get(_PREVIOUS_MEAN)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from .records import Device, Hardware
+
 
 @dataclass
 class StepObservation:
@@ -47,3 +49,15 @@ class HardwareSample:
     rss_gb: Optional[float] = None
     devices: List[DeviceSample] = field(default_factory=list)
     framework_memory: Optional[Dict[str, Any]] = None
+
+    def to_record(self) -> Dict[str, Any]:
+        """The fields of this sample's ``hardware`` record."""
+        return {
+            Hardware.CPU_PERCENT: self.cpu_percent, Hardware.MEM_USED_GB: self.mem_used_gb,
+            Hardware.MEM_AVAILABLE_GB: self.mem_available_gb, Hardware.RSS_GB: self.rss_gb,
+            Hardware.DEVICES: [{
+                Device.TYPE: d.type, Device.INDEX: d.index, Device.UTIL_PERCENT: d.util_percent,
+                Device.MEM_USED_MB: d.mem_used_mb, Device.MEM_TOTAL_MB: d.mem_total_mb,
+                Device.TEMP_C: d.temp_c, Device.POWER_W: d.power_w} for d in self.devices],
+            Hardware.FRAMEWORK_MEMORY: self.framework_memory,
+        }

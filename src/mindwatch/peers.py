@@ -28,18 +28,18 @@ class Peers:
         self.rank, self.world_size, self.policy = rank, world_size, policy
         self.straggler = StragglerDetector(rank=rank, world_size=world_size,
                                            window=straggler_window, factor=straggler_factor)
-        self.origin: Optional[tuple] = None     # (rank, reason) of the stop that stopped us
 
     def findings(self, *, step: int, stop_codes: Sequence[int], data_times: Sequence[float],
                  step_time_s: Optional[float], stopping: bool) -> List[Anomaly]:
+        """Stragglers, and a ``peer_stop`` for the first other rank that stops, unless this
+        rank is ``stopping`` already (its own stop, or an earlier peer's)."""
         found = self.straggler.update_peers(step, data_times, step_time_s)
-        if stopping or self.origin is not None:
+        if stopping:
             return found
         for peer, code in enumerate(stop_codes):
             reason = stop_reason(code)
             if peer == self.rank or reason is None:
                 continue
-            self.origin = (peer, reason)
             # The peer's policy decides what this rank does too: if it checkpoints, every
             # rank that holds weights checkpoints.
             actions = ["stop"]
@@ -48,6 +48,6 @@ class Peers:
             found.append(Anomaly(
                 PEER_STOP, step, float(peer), None,
                 f"rank {peer} stopped the run at step {step} ({reason}); this rank stops "
-                f"after the same step", actions=actions))
+                f"after the same step", actions=actions, origin=(peer, reason)))
             break
         return found

@@ -1,10 +1,16 @@
 """The single place that decides what to do about each kind of anomaly."""
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Union
 
-from .anomaly import (ANOMALY_KINDS, GRADIENT_EXPLODE, GRADIENT_NONFINITE, LOSS_NONFINITE,
-                      OVERHEAT, PEER_STOP)
+from .anomaly import (
+    ANOMALY_KINDS,
+    GRADIENT_EXPLODE,
+    GRADIENT_NONFINITE,
+    LOSS_NONFINITE,
+    OVERHEAT,
+    PEER_STOP,
+)
 
 WARN = "warn"
 STOP = "stop"
@@ -62,6 +68,3 @@ class Policy:
         if kind == PEER_STOP:
             return ["stop"]
         return list(_ACTIONS[self._table.get(kind, WARN)])
-
-    def policy_for(self, kind: str) -> Optional[str]:
-        return self._table.get(kind)

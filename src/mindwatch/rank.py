@@ -14,7 +14,7 @@ from typing import Mapping, Optional
 
 _RANK_VARS = ("RANK_ID", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "MS_NODE_ID")
 _SIZE_VARS = ("RANK_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MS_WORKER_NUM")
-_LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MS_LOCAL_RANK")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MS_LOCAL_RANK")
 
 
 @dataclass(frozen=True)
@@ -24,18 +24,27 @@ class RankInfo:
     local_rank: int = 0
 
 
-def _first_int(env: Mapping[str, str], names) -> Optional[int]:
+def parse_index(text: str) -> Optional[int]:
+    """A rank or device number: ASCII digits (str.isdigit also accepts "²"), bounded so that
+    int() stays cheap; None for anything else."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
+
+
+def env_int(env: Mapping[str, str], *names: str) -> Optional[int]:
+    """The first of ``names`` set to a number; None when none is (unset stays distinguishable
+    from 0)."""
     for name in names:
-        text = env.get(name, "").strip()
-        if text.isdigit():
-            return int(text)
+        number = parse_index(env.get(name) or "")
+        if number is not None:
+            return number
     return None
 
 
 def rank_from_env(env: Optional[Mapping[str, str]] = None) -> RankInfo:
     env = os.environ if env is None else env
-    rank = _first_int(env, _RANK_VARS) or 0
-    world_size = max(_first_int(env, _SIZE_VARS) or 1, rank + 1)
-    local_rank = _first_int(env, _LOCAL_RANK_VARS)
+    rank = env_int(env, *_RANK_VARS) or 0
+    world_size = max(env_int(env, *_SIZE_VARS) or 1, rank + 1)
+    local_rank = env_int(env, *LOCAL_RANK_VARS)
     return RankInfo(rank=rank, world_size=world_size,
                     local_rank=rank if local_rank is None else local_rank)

@@ -1,16 +1,23 @@
 """The run-log schema: the one definition used by the writer and every reader.
 
-A run log (``rank_<R>.jsonl``) holds one JSON object per line. JSON has no NaN or infinity,
-so non-finite floats travel as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``
-(see docs/log-format.md). ``encode`` applies that rule on the way out and ``decode`` undoes
-it on the way in, for the numeric fields named here only, so that a free-text field that
-happens to read "NaN" stays text.
+A run log (``rank_<R>.jsonl``) holds one JSON object per line (docs/log-format.md). Each
+record kind is declared once below, one line per field: its name, whether every record of
+the kind carries it (``required``, possibly null) or may leave it out (``optional``), and
+whether it is a float that may be non-finite (``nonfinite=True``). Writers and readers use
+the constants (``Step.LOSS``, ``Hardware.CPU_PERCENT``, ``Device.TEMP_C``, ...), so a field
+name is spelled once, here.
+
+JSON has no NaN or infinity, so non-finite floats travel as the strings ``"NaN"``,
+``"Infinity"`` and ``"-Infinity"``. ``encode`` applies that rule on the way out and ``decode``
+undoes it on the way in, for the non-finite-capable fields only, so that a free-text field
+that happens to read "NaN" stays text.
 """
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -24,33 +31,217 @@ END = "end"
 
 KINDS = (RUN, STEP, EPOCH, HARDWARE, ANOMALY, NOTICE, END)
 
-# Fields every record of a kind must carry (a value may be null where the contract allows).
-REQUIRED_FIELDS: Dict[str, tuple] = {
-    RUN: ("schema", "world_size", "host", "pid", "config", "versions"),
-    STEP: ("step", "epoch", "loss", "loss_smooth", "lr", "grad_norm", "step_time_s", "skipped"),
-    EPOCH: ("epoch", "loss_mean", "steps"),
-    HARDWARE: ("cpu_percent", "mem_used_gb", "rss_gb", "devices"),
-    ANOMALY: ("anomaly", "step", "value", "threshold", "message", "actions", "checkpoint", "report"),
-    NOTICE: ("message",),
-    END: ("reason", "steps", "elapsed_s"),
-}
-COMMON_FIELDS = ("kind", "rank", "time")
-
-# Float fields that may hold a non-finite value; only these are decoded back to floats.
-FLOAT_FIELDS = frozenset({
-    "time", "loss", "loss_smooth", "lr", "lr_groups", "grad_norm", "step_time_s",
-    "samples_per_s", "loss_mean", "value", "threshold", "elapsed_s", "cpu_percent",
-    "mem_used_gb", "rss_gb", "util_percent", "mem_used_mb", "mem_total_mb", "temp_c", "power_w",
-    "layer_grad_norms",
-})
-
-END_REASONS = ("completed", "stopped", "error")
+END_REASONS = ("completed", "stopped", "error")     # End.REASON
+COMPLETED, STOPPED, ERROR = END_REASONS
 
 NONFINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
+# (name, required, nonfinite) of the class body being declared; collected by Fields.
+_declared: list[tuple[str, bool, bool]] = []
+
+
+def required(name: str, *, nonfinite: bool = False) -> str:
+    """A field every record of the kind carries (its value may still be null)."""
+    _declared.append((name, True, nonfinite))
+    return name
+
+
+def optional(name: str, *, nonfinite: bool = False) -> str:
+    """A field some records of the kind carry."""
+    _declared.append((name, False, nonfinite))
+    return name
+
+
+class Fields:
+    """The fields of one JSON object. A subclass declares each field once, as
+    ``NAME = required("name")`` or ``optional(...)``; ``REQUIRED``, ``OPTIONAL`` (in
+    declaration order) and ``NONFINITE`` are derived from those lines."""
+
+    KIND = ""                                  # the record kind; "" for a nested object
+    REQUIRED: tuple[str, ...] = ()
+    OPTIONAL: tuple[str, ...] = ()
+    NONFINITE: frozenset[str] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        declared = list(_declared)
+        _declared.clear()
+        cls.REQUIRED = tuple(name for name, needed, _ in declared if needed)
+        cls.OPTIONAL = tuple(name for name, needed, _ in declared if not needed)
+        cls.NONFINITE = frozenset(name for name, _, nonfinite in declared if nonfinite)
+
+
+class Common(Fields):
+    """What every record has."""
+    KIND = required("kind")
+    RANK = required("rank")
+    TIME = required("time", nonfinite=True)          # Unix seconds
+
+
+class Run(Fields):
+    KIND = RUN
+    SCHEMA = required("schema")
+    WORLD_SIZE = required("world_size")
+    HOST = required("host")
+    PID = required("pid")
+    CONFIG = required("config")
+    VERSIONS = required("versions")
+    LOG_PATH = optional("log_path")
+    TOTAL_STEPS = optional("total_steps")
+    ARGV = optional("argv")
+    # MindSpore adapter only: how training was set up
+    WRAPPED = optional("wrapped")
+    MODE = optional("mode")
+    DEVICE_TARGET = optional("device_target")
+    DATASET_SINK_MODE = optional("dataset_sink_mode")
+
+
+class Versions(Fields):
+    """``Run.VERSIONS``."""
+    MINDWATCH = required("mindwatch")
+    MINDSPORE = required("mindspore")
+    PYTHON = required("python")
+
+
+class Step(Fields):
+    KIND = STEP
+    STEP = required("step")
+    EPOCH = required("epoch")
+    LOSS = required("loss", nonfinite=True)
+    LOSS_SMOOTH = required("loss_smooth", nonfinite=True)
+    LR = required("lr", nonfinite=True)
+    GRAD_NORM = required("grad_norm", nonfinite=True)
+    STEP_TIME_S = required("step_time_s", nonfinite=True)    # seconds per training step
+    SKIPPED = required("skipped")
+    SAMPLES_PER_S = optional("samples_per_s", nonfinite=True)
+    STEPS_COVERED = optional("steps_covered")
+    LR_GROUPS = optional("lr_groups", nonfinite=True)
+    LAYER_GRAD_NORMS = optional("layer_grad_norms", nonfinite=True)
+    DATA_TIME_S = optional("data_time_s", nonfinite=True)                    # seconds before the step began
+    LOSS_SCALE = optional("loss_scale", nonfinite=True)
+
+
+class Epoch(Fields):
+    KIND = EPOCH
+    EPOCH = required(Step.EPOCH)
+    LOSS_MEAN = required("loss_mean", nonfinite=True)
+    STEPS = required("steps")
+    LOSS_CHANGE = optional("loss_change", nonfinite=True)
+    CONVERGING = optional("converging")
+    NONFINITE_LOSSES = optional("nonfinite_losses")
+
+
+class Hardware(Fields):
+    KIND = HARDWARE
+    CPU_PERCENT = required("cpu_percent", nonfinite=True)
+    MEM_USED_GB = required("mem_used_gb", nonfinite=True)    # GB of 1e9 bytes
+    RSS_GB = required("rss_gb", nonfinite=True)
+    DEVICES = required("devices")
+    MEM_AVAILABLE_GB = optional("mem_available_gb", nonfinite=True)
+    FRAMEWORK_MEMORY = optional("framework_memory")
+    HOST_FIELDS = (CPU_PERCENT, MEM_USED_GB, MEM_AVAILABLE_GB, RSS_GB)   # what HostProbe reads
+
+
+class Device(Fields):
+    """One entry of ``Hardware.DEVICES``."""
+    TYPE = required("type")                                  # "npu" or "gpu"
+    INDEX = required("index")
+    UTIL_PERCENT = required("util_percent", nonfinite=True)
+    MEM_USED_MB = required("mem_used_mb", nonfinite=True)    # MB of 2**20 bytes
+    MEM_TOTAL_MB = required("mem_total_mb", nonfinite=True)
+    TEMP_C = required("temp_c", nonfinite=True)
+    POWER_W = required("power_w", nonfinite=True)
+
+
+class FrameworkMemory(Fields):
+    """``Hardware.FRAMEWORK_MEMORY``: the framework's memory pool, MB of 2**20 bytes."""
+    DEVICE_TARGET = required(Run.DEVICE_TARGET)
+    ALLOCATED_MB = required("allocated_mb")
+    RESERVED_MB = required("reserved_mb")
+    MAX_ALLOCATED_MB = required("max_allocated_mb")
+    MAX_RESERVED_MB = required("max_reserved_mb")
+
+
+class Anomaly(Fields):
+    KIND = ANOMALY
+    ANOMALY = required("anomaly")                            # the anomaly kind
+    STEP = required(Step.STEP)
+    VALUE = required("value", nonfinite=True)
+    THRESHOLD = required("threshold", nonfinite=True)
+    MESSAGE = required("message")
+    ACTIONS = required("actions")
+    CHECKPOINT = required("checkpoint")
+    REPORT = required("report")
+
+
+class Notice(Fields):
+    KIND = NOTICE
+    MESSAGE = required(Anomaly.MESSAGE)
+    SOURCE = optional("source")                              # HARDWARE for probe messages
+
+
+class End(Fields):
+    KIND = END
+    REASON = required("reason")                              # one of END_REASONS
+    STEPS = required(Epoch.STEPS)                            # the last step recorded
+    ELAPSED_S = required("elapsed_s", nonfinite=True)
+    ERROR = optional("error")
+    STOPPED_BY = optional("stopped_by")
+
+
+class StoppedBy(Fields):
+    """``End.STOPPED_BY``: what stopped the run, and where it was found."""
+    ANOMALY = required(Anomaly.ANOMALY)
+    STEP = required(Step.STEP)
+    RANK = required(Common.RANK)
+
+
+_RECORDS: tuple[type[Fields], ...] = (Run, Step, Epoch, Hardware, Anomaly, Notice, End)
+SCHEMAS: dict[str, type[Fields]] = {cls.KIND: cls for cls in _RECORDS}
+
+# The names other modules have imported since the first schema version.
+REQUIRED_FIELDS: dict[str, tuple] = {kind: cls.REQUIRED for kind, cls in SCHEMAS.items()}
+COMMON_FIELDS = Common.REQUIRED
+# Only these are decoded back to floats, at any depth of a record.
+_EVERY: tuple[type[Fields], ...] = (Common, *_RECORDS, Device)
+FLOAT_FIELDS = frozenset[str]().union(*(cls.NONFINITE for cls in _EVERY))
+
+
+def device_label(device: Any, sep: str = "") -> str:
+    """"npu0" for a ``devices`` entry (a mapping) or a ``DeviceSample``; ``sep`` goes between
+    type and index ("npu:0"). The one name a device has in every view."""
+    if isinstance(device, Mapping):
+        kind, index = device.get(Device.TYPE), device.get(Device.INDEX)
+    else:
+        kind, index = device.type, device.index
+    return f"{kind or 'device'}" + ("" if index is None else f"{sep}{index}")
+
+
+def problems(record: Any) -> list[str]:
+    """What keeps ``record`` from being a complete record of its kind: each missing common or
+    required field (devices of a hardware record included) and an unknown kind. Empty for a
+    complete record; values are not judged (null is allowed)."""
+    if not isinstance(record, Mapping):
+        return [f"a record must be a JSON object; got {type(record).__name__}"]
+    kind = record.get(Common.KIND)
+    found = [f"lacks the field {name!r} every record has"
+             for name in Common.REQUIRED if name not in record]
+    schema = SCHEMAS.get(kind) if isinstance(kind, str) else None
+    if schema is None:
+        if Common.KIND in record:
+            found.append(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
+        return found
+    found += [f"{kind} record lacks {name!r}" for name in schema.REQUIRED if name not in record]
+    devices = record.get(Hardware.DEVICES) if kind == HARDWARE else None
+    for position, device in enumerate(devices if isinstance(devices, list) else ()):
+        missing = [name for name in Device.REQUIRED
+                   if not isinstance(device, Mapping) or name not in device]
+        found += [f"{kind} record: device {position} lacks {name!r}" for name in missing]
+    return found
+
 
 def to_strict(value: Any) -> Any:
-    """Replace non-finite floats (at any depth) by their contract strings."""
+    """Replace non-finite floats (at any depth) by their run-log strings."""
     if isinstance(value, float):
         if math.isfinite(value):
             return value
@@ -86,13 +277,14 @@ def _revive(value: Any, numeric: bool) -> Any:
     if numeric and isinstance(value, str) and value in NONFINITE_TEXT:
         return NONFINITE_TEXT[value]
     if isinstance(value, dict):
-        return {key: _revive(item, key in FLOAT_FIELDS) for key, item in value.items()}
+        # the values of a numeric mapping (layer_grad_norms) are numbers whatever their keys
+        return {key: _revive(item, numeric or key in FLOAT_FIELDS) for key, item in value.items()}
     if isinstance(value, list):
         return [_revive(item, numeric) for item in value]
     return value
 
 
-def decode(line: str) -> Dict[str, Any]:
+def decode(line: str) -> dict[str, Any]:
     """Parse one run-log line; raises ValueError on anything that is not a strict JSON object."""
     record = json.loads(line, parse_constant=_reject_constant)
     if not isinstance(record, dict):

@@ -1,51 +1,63 @@
 """Carrying out what the policy decided for each anomaly: checkpoint, report, stop.
 
-The framework-specific parts come in as hooks the adapter sets: ``checkpointer(step)``
-saves the weights and returns the path; ``resume_snippet(path)`` says how to load them.
+The framework-specific parts (saving a checkpoint, how to resume from it, notes on the set-up)
+come from the ``FrameworkHooks`` the monitor was built with.
 """
 from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
+from typing import Any, Deque, List, Mapping, Optional, Tuple
 
 from .anomaly import GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH, Anomaly
 from .anomaly_report import HISTORY_STEPS, write_report
+from .framework import FrameworkHooks
 from .policy import Policy
+from .records import Step
 
-Checkpointer = Callable[[int], Optional[str]]
 GRADIENT_KINDS = (GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, GRAD_SPIKE)
 TOP_LAYERS = 5
 
 
 class Responder:
-    def __init__(self, *, log_dir: str, rank: int, policy: Policy):
+    """Keeps what a report needs (the last steps, the latest hardware sample, the latest
+    per-layer norms) and acts on each anomaly's policy."""
+
+    def __init__(self, *, log_dir: str, rank: int, policy: Policy, framework: FrameworkHooks):
         self.log_dir, self.rank, self.policy = log_dir, rank, policy
-        self.checkpointer: Optional[Checkpointer] = None
-        self.resume_snippet: Optional[Callable[[str], str]] = None
-        self.notes: List[str] = []            # said in every report (how training was set up)
-        self.history: Deque[Dict[str, Any]] = deque(maxlen=HISTORY_STEPS)
-        self.hardware: Optional[Dict[str, Any]] = None
-        self.layer_norms: Optional[tuple] = None        # (step, {layer: norm})
+        self.framework = framework
+        self.history: Deque[Mapping[str, Any]] = deque(maxlen=HISTORY_STEPS)
+        self.hardware: Optional[Mapping[str, Any]] = None
+        self.layer_norms: Optional[Tuple[int, Mapping[str, float]]] = None
+
+    def remember_step(self, record: Mapping[str, Any],
+                      layer_norms: Optional[Mapping[str, float]] = None) -> None:
+        self.history.append(record)
+        if layer_norms is not None:
+            self.layer_norms = (record[Step.STEP], layer_norms)
+
+    def remember_hardware(self, record: Mapping[str, Any]) -> None:
+        self.hardware = record
 
     def respond(self, found: List[Anomaly], fallback_step: int) -> None:
         """Fill in each anomaly's actions, checkpoint and report (one checkpoint per call:
         several anomalies of one step share it)."""
         checkpoint = None
+        save, resume_hint = self.framework.save_checkpoint, self.framework.resume_hint
         for anomaly in found:
             if not anomaly.actions:      # peer stops come with the originating rank's actions
                 anomaly.actions = self.policy.actions_for(anomaly.kind)
             if "checkpoint" in anomaly.actions:
-                if checkpoint is None and self.checkpointer is not None:
-                    checkpoint = self.checkpointer(anomaly.step or fallback_step)
+                if checkpoint is None and save is not None:
+                    checkpoint = save(anomaly.step or fallback_step)
                 anomaly.checkpoint = checkpoint
             if anomaly.actions != ["warn"]:
                 anomaly.report = write_report(
                     log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
                     history=list(self.history), hardware=self.hardware,
                     notes=self._notes(anomaly), top_layers=self._top_layers(anomaly),
-                    resume_snippet=self.resume_snippet(checkpoint)
-                    if checkpoint and self.resume_snippet else None)
+                    resume_snippet=resume_hint(checkpoint) if checkpoint and resume_hint
+                    else None)
 
     def _top_layers(self, anomaly: Anomaly) -> Optional[List[list]]:
         """For gradient anomalies: the layers with the largest (or non-finite) gradient norm
@@ -61,10 +73,10 @@ class Responder:
         return [[name, value] for name, value in ranked[:TOP_LAYERS]]
 
     def _notes(self, anomaly: Anomaly) -> List[str]:
-        notes = list(self.notes)
+        notes = self.framework.report_notes()
         last: Optional[Mapping[str, Any]] = self.history[-1] if self.history else None
-        if anomaly.checkpoint and last is not None and last.get("step") == anomaly.step:
-            if last.get("skipped"):
+        if anomaly.checkpoint and last is not None and last.get(Step.STEP) == anomaly.step:
+            if last.get(Step.SKIPPED):
                 notes.append(f"the checkpoint holds the last good weights: step {anomaly.step}'s "
                              "update was withheld")
             else:
@@ -73,6 +85,6 @@ class Responder:
                              "skip_anomalous_updates=True) to keep the last good weights)")
         if "checkpoint" in anomaly.actions and anomaly.checkpoint is None:
             notes.append("no checkpoint was written: no weights are known to this monitor "
-                         "(use mindwatch.mindspore.TrainMonitor, or set "
-                         "monitor.responder.checkpointer)")
+                         "(use mindwatch.mindspore.TrainMonitor, or build the Monitor with "
+                         "framework=FrameworkHooks(save_checkpoint=...))")
         return notes

@@ -1,4 +1,4 @@
-"""The run directory's layout (contract section 2) and its set-up checks."""
+"""The run directory's layout (docs/run-directory.md) and its set-up checks."""
 from __future__ import annotations
 
 import glob

@@ -8,97 +8,145 @@ configures everything and the ``run`` record can store the effective values.
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any
 
+# The checks live in .checks; they are re-exported here, where other modules import them.
+from .checks import check_bool, check_choice, check_int, check_number
 from .policy import resolve_policies
 
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_int(name: str, value: Any, minimum: int = None, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if not _is_int(value):
-        raise TypeError(f"{name} must be an int{' or None' if optional else ''}; "
-                        f"got {type(value).__name__} {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {value}")
+__all__ = [
+    "MonitorSettings",
+    "check_bool",
+    "check_choice",
+    "check_int",
+    "check_number",
+    "setting",
+]
 
 
-def check_number(name: str, value: Any, *, low: float = None, high: float = None,
-                 low_open: bool = False, high_open: bool = False, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if not _is_number(value):
-        raise TypeError(f"{name} must be a number{' or None' if optional else ''}; "
-                        f"got {type(value).__name__} {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite; got {value}")
-    if low is not None and (value <= low if low_open else value < low):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}; got {value}")
-    if high is not None and (value >= high if high_open else value > high):
-        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}; got {value}")
-
-
-def check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False; got {type(value).__name__} {value!r}")
+def setting(default: Any, doc: str, unit: str | None = None) -> Any:
+    """A ``MonitorSettings`` field with its documentation: ``doc`` says what it does and what
+    its default does, ``unit`` the unit of its value (None: none applies). The settings table
+    of docs/api.md is generated from these (``make docs``)."""
+    return field(default=default, metadata={"doc": doc, "unit": unit})
 
 
 @dataclass(kw_only=True)
 class MonitorSettings:
     # console
-    print_interval: int = 10                 # steps between console lines
-    print_all_ranks: bool = False
+    print_interval: int = setting(
+        10, "One console line (step, loss, smoothed loss, LR, grad norm, step time, throughput) "
+        "every N steps. Anomalies and epoch lines are printed as they happen.", "steps")
+    print_all_ranks: bool = setting(
+        False, "Every rank prints its step lines. Off: ranks other than 0 print only anomalies, "
+        "notices and errors.")
     # step metrics
-    loss_smoothing: float = 0.9              # EMA weight of the history in loss_smooth
-    batch_size: Optional[int] = None         # samples per step and rank; None: from the dataset
+    loss_smoothing: float = setting(
+        0.9, "Weight of the history in the exponential moving average `loss_smooth`, in "
+        "[0, 1): 0 is no smoothing. Non-finite losses are left out of the average.", "fraction")
+    batch_size: int | None = setting(
+        None, "Samples per step on this rank, for `samples_per_s`. None: `TrainMonitor` takes "
+        "the leading dimension of the step's first input, else the dataset's batch size; "
+        "`observe(batch_size=...)` may give it; unknown leaves `samples_per_s` null.",
+        "samples")
     # absolute gradient bounds (global L2 norm, pre-clip)
-    grad_explode: float = 100.0
-    grad_vanish: float = 1e-6
-    grad_vanish_steps: int = 3               # consecutive steps below grad_vanish before it counts
-    # adaptive spike rules: robust z-score of log(value) against the last spike_window steps
-    spike_window: int = 64
-    spike_warmup: int = 32                   # steps of history before a spike rule may fire
-    loss_spike_z: float = 6.0
-    loss_spike_ratio: float = 1.5            # and at least this multiple of the window median
-    grad_spike_z: float = 6.0
-    grad_spike_ratio: float = 5.0            # benign transformer grad-norm jumps reach 3-4x
-    # divergence: mean loss of the recent half-window this much above the older half
-    loss_rising_window: int = 40
-    loss_rising_min: float = 0.1
-    # learning rate: an upward jump by more than this factor in one step
-    lr_jump_factor: float = 10.0
-    # several ranks: a rank whose pre-step time (data, host work) is this many times the
-    # others', as a median over the window, is a straggler
-    straggler_window: int = 20
-    straggler_factor: float = 2.0
-    # per-layer gradient norms (wrap(per_layer_norms=True)) go into the log every N steps
-    layer_norms_interval: int = 50
+    grad_explode: float = setting(
+        100.0, "`gradient_explode` when the pre-clip global gradient norm is above this, on "
+        "that step. With `wrap(skip_anomalous_updates=True)` the update of that step is "
+        "withheld. Must be above `grad_vanish`.", "L2 norm")
+    grad_vanish: float = setting(
+        1e-6, "`gradient_vanish` when the pre-clip global gradient norm stays below this for "
+        "`grad_vanish_steps` steps in a row.", "L2 norm")
+    grad_vanish_steps: int = setting(
+        3, "Consecutive steps below `grad_vanish` before `gradient_vanish` fires (once per "
+        "streak).", "steps")
+    # adaptive spike rules
+    spike_window: int = setting(
+        64, "History of the spike rules: the robust z-score of log(value) is taken against "
+        "the median and MAD of the last N steps (withheld steps left out). At least 4.",
+        "steps")
+    spike_warmup: int = setting(
+        32, "Steps of history before a spike rule may fire; at least 2, at most "
+        "`spike_window`.", "steps")
+    loss_spike_z: float = setting(
+        6.0, "`loss_spike` when the robust z-score of log(loss) is at least this (and the "
+        "ratio below holds).", "robust z")
+    loss_spike_ratio: float = setting(
+        1.5, "`loss_spike` also needs the loss to be at least this multiple of the window "
+        "median; on a flat window (MAD 0) the ratio alone decides. Above 1.", "x median")
+    grad_spike_z: float = setting(
+        6.0, "`grad_spike` when the robust z-score of log(grad norm) is at least this (and "
+        "the ratio below holds).", "robust z")
+    grad_spike_ratio: float = setting(
+        5.0, "`grad_spike` also needs the norm to be at least this multiple of the window "
+        "median (benign transformer grad-norm jumps reach 3-4x). Above 1.", "x median")
+    # divergence
+    loss_rising_window: int = setting(
+        40, "`loss_rising` compares the median loss of the recent half of the last N steps "
+        "with that of the older half. At least 4.", "steps")
+    loss_rising_min: float = setting(
+        0.1, "`loss_rising` when the recent median is at least this fraction above the older "
+        "one (0.1 = 10%) and the rise stands out of the run's own step-to-step noise. Fires "
+        "once per episode.", "fraction")
+    # learning rate
+    lr_jump_factor: float = setting(
+        10.0, "`lr_anomaly` when the LR rises by more than this factor from one step to the "
+        "next. A non-finite or negative LR is an `lr_anomaly` whatever this is. Above 1.", "x")
+    # several ranks
+    straggler_window: int = setting(
+        20, "Several ranks: the straggler rule compares medians of each rank's "
+        "`data_time_s` over the last N steps. At least 2.", "steps")
+    straggler_factor: float = setting(
+        2.0, "`straggler` (in the slow rank's own log) when a rank's median `data_time_s` is "
+        "above this multiple of the other ranks' median, and by at least 10% of a step. "
+        "Above 1.", "x")
+    # per-layer gradient norms
+    layer_norms_interval: int = setting(
+        50, "With `wrap(per_layer_norms=True)`: `layer_grad_norms` goes into the step record "
+        "every N steps; gradient anomaly reports always name the largest layers of their "
+        "step.", "steps")
     # what to do
-    on_anomaly: Union[None, str, Mapping[str, str]] = None
+    on_anomaly: str | Mapping[str, str] | None = setting(
+        None, "What to do about an anomaly: one policy for every kind, or a dict kind -> "
+        "policy over the defaults. Policies: `'warn'`, `'stop'`, `'checkpoint_and_stop'`. "
+        "None: `checkpoint_and_stop` for `loss_nonfinite`, "
+        "`gradient_nonfinite`, `gradient_explode` and `overheat`, `warn` for the rest.")
     # hardware
-    max_temperature_c: float = 85.0
-    overheat_samples: int = 3                # consecutive samples at/above the limit
-    memory_pressure_device: float = 0.95     # device memory used / total
-    memory_pressure_host: float = 0.05       # host memory available / total, below it
-    hardware_interval_s: Optional[float] = 2.0
-    all_devices: bool = False                # sample every device, not only this rank's
+    max_temperature_c: float = setting(
+        85.0, "`overheat` when a device's temperature is at or above this for "
+        "`overheat_samples` hardware samples in a row.", "°C")
+    overheat_samples: int = setting(
+        3, "Consecutive hardware samples at or above `max_temperature_c` before `overheat` "
+        "fires (once per episode).", "samples")
+    memory_pressure_device: float = setting(
+        0.95, "`memory_pressure` when a device's used / total memory is at or above this for "
+        "2 hardware samples in a row. In (0, 1].", "fraction")
+    memory_pressure_host: float = setting(
+        0.05, "`memory_pressure` when the host's available / total memory is below this for "
+        "2 hardware samples in a row. In (0, 1).", "fraction")
+    hardware_interval_s: float | None = setting(
+        2.0, "Seconds between hardware samples, taken on a background thread. None: no "
+        "sampling, no `hardware` records, no `overheat` or `memory_pressure`.", "s")
+    all_devices: bool = setting(
+        False, "Sample every accelerator of the machine. Off: only this rank's devices (from "
+        "the launcher's visible-devices variables).")
     # optional sinks
-    tensorboard: bool = False
-    mindinsight: bool = False
-    prometheus_port: Optional[int] = None
-    # an existing run log in log_dir is refused unless resume=True appends a new run to it
-    resume: bool = False
-    policies: Dict[str, str] = field(init=False, repr=False)
+    tensorboard: bool = setting(
+        False, "Also write TensorBoard event files to `tensorboard/rank_<R>/` (needs "
+        "tensorboardX).")
+    mindinsight: bool = setting(
+        False, "Also write MindInsight summary files to `summary/mindwatch_rank<R>/` (needs "
+        "MindSpore: `TrainMonitor` only).")
+    prometheus_port: int | None = setting(
+        None, "Serve Prometheus gauges at `http://127.0.0.1:<port + local rank>/metrics` "
+        "(needs prometheus-client); 0 takes a free port. None: off.", "TCP port")
+    # the run log
+    resume: bool = setting(
+        False, "Append a new run segment to an existing `rank_<R>.jsonl`. Off: an existing, "
+        "non-empty run log is refused at construction (never overwritten).")
+    policies: dict[str, str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_int("print_interval", self.print_interval, minimum=1)
@@ -143,7 +191,7 @@ class MonitorSettings:
         check_bool("resume", self.resume)
 
     @classmethod
-    def from_kwargs(cls, **kwargs: Any) -> "MonitorSettings":
+    def from_kwargs(cls, **kwargs: Any) -> MonitorSettings:
         """Like the constructor, with an error for unknown names that lists the known ones."""
         known = {f.name for f in dataclasses.fields(cls) if f.init}
         unknown = sorted(set(kwargs) - known)
@@ -152,7 +200,7 @@ class MonitorSettings:
                             f"known settings: {', '.join(sorted(known))}")
         return cls(**kwargs)
 
-    def as_record(self) -> Dict[str, Any]:
+    def as_record(self) -> dict[str, Any]:
         """The effective settings, for the ``run`` record (policies fully expanded)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         values.pop("on_anomaly")

@@ -18,6 +18,7 @@ def _demo(out, *args):
 def test_demo_trains_and_loss_falls(tmp_path):
     result = _demo(tmp_path / "run", "--steps", "120")
     assert result.returncode == 0, result.stderr
+    assert "deprecated" not in result.stdout + result.stderr    # current MindSpore APIs only
     assert f"run directory: {tmp_path / 'run'}" in result.stdout
     report = tmp_path / "run" / "report.html"
     assert f"report: {report}" in result.stdout

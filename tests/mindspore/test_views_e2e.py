@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from ms_helpers import make_regressor, regression_dataset
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.runlog import read_rank_log
-from mindwatch.sinks.mindinsight import read_events
+from mindwatch.mindspore.mindinsight import read_events
 from mindwatch.sinks.prometheus import PrometheusSink
 
 

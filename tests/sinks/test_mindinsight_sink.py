@@ -17,9 +17,8 @@ from mindspore.train.summary.summary_record import SummaryRecord  # noqa: E402
 from mindspore.train.summary_pb2 import Event  # noqa: E402
 from tensorboardX.crc32c import crc32c as reference_crc32c  # noqa: E402  (independent)
 
-from mindwatch.sinks import mindinsight  # noqa: E402
-from mindwatch.mindspore.summary import summary_event_class  # noqa: E402
-from mindwatch.sinks.mindinsight import MindInsightSink  # noqa: E402
+from mindwatch.mindspore import mindinsight  # noqa: E402
+from mindwatch.mindspore.mindinsight import MindInsightSink, summary_event_class  # noqa: E402
 
 
 def _masked(data):
@@ -55,10 +54,17 @@ def scalars_by_tag(events):
     return out
 
 
-def test_crc32c_matches_the_standard_check_value():
-    assert mindinsight.crc32c(b"123456789") == 0xE3069283
+@pytest.mark.parametrize("crc32c", [mindinsight.crc32c, mindinsight.crc32c_python],
+                         ids=["default", "pure-python"])
+def test_crc32c_matches_the_standard_check_value(crc32c):
+    assert crc32c(b"123456789") == 0xE3069283
     for blob in (b"", b"a", bytes(range(256)) * 3):
-        assert mindinsight.crc32c(blob) == reference_crc32c(blob)
+        assert crc32c(blob) == reference_crc32c(blob)
+
+
+def test_the_compiled_crc32c_is_used_when_installed():
+    import google_crc32c                    # pinned in requirements.lock
+    assert mindinsight.crc32c is google_crc32c.value
 
 
 def test_values_read_back(tmp_path, run_records, expected_scalars, float32_equal):

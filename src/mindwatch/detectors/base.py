@@ -12,6 +12,25 @@ def is_finite(value: Optional[float]) -> bool:
     return value is not None and math.isfinite(value)
 
 
+class Episode:
+    """One alarm per episode: ``starts(condition)`` is True when the condition begins to hold;
+    the rule re-arms once it has cleared. Part of a resumed detector's state."""
+
+    def __init__(self) -> None:
+        self.active = False
+
+    def starts(self, condition: bool) -> bool:
+        begins = condition and not self.active
+        self.active = condition
+        return begins
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"in_episode": self.active}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.active = bool(state.get("in_episode", False))
+
+
 class Detector:
     """One rule family. Subclasses override the hooks they need.
 

@@ -8,37 +8,30 @@ it in. Streaks are keyed ``"<type>:<index>"`` so the state is plain JSON.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Optional
 
 from ..anomaly import MEMORY_PRESSURE, OVERHEAT, Anomaly
+from ..arguments import checked
 from ..observation import DeviceSample, HardwareSample
+from ..records import device_label
+from ..settings import check_int, check_number
 from .base import Detector, is_finite
 
 HOST = "host"
 
 
-def _check_consecutive(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"consecutive must be an int >= 1; got {value!r}")
-    return value
-
-
 def _check_fraction(name: str, value: Any) -> Optional[float]:
-    if value is None:
-        return None
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or not 0 < value <= 1):
-        raise ValueError(f"{name} must be a fraction in (0, 1] or None (check off); got {value!r}")
-    return float(value)
+    """A fraction in (0, 1], or None: that check is off."""
+    checked(check_number, name, value, low=0.0, low_open=True, high=1.0, optional=True)
+    return None if value is None else float(value)
 
 
 def _key(device: DeviceSample) -> str:
-    return f"{device.type}:{device.index}"
+    return device_label(device, ":")                          # "npu:0", plain JSON state
 
 
-def _name(device: DeviceSample) -> str:
-    return f"{device.type.upper()} {device.index}"
+def _label(device: DeviceSample) -> str:
+    return device_label(device, " ").upper()                  # "NPU 0", for messages
 
 
 class _Streaks:
@@ -62,7 +55,8 @@ class _StreakDetector(Detector):
     """What both hardware rules share: per-device streaks, their wording and their state."""
 
     def __init__(self, consecutive: int):
-        self._streaks = _Streaks(_check_consecutive(consecutive))
+        checked(check_int, "consecutive", consecutive, minimum=1)
+        self._streaks = _Streaks(consecutive)
 
     def _samples_text(self) -> str:
         n = self._streaks.consecutive
@@ -80,10 +74,7 @@ class OverheatDetector(_StreakDetector):
     samples in a row (per device). value = temperature, threshold = the limit."""
 
     def __init__(self, max_temperature_c: float = 85.0, consecutive: int = 3):
-        if (isinstance(max_temperature_c, bool) or not isinstance(max_temperature_c, (int, float))
-                or not math.isfinite(max_temperature_c)):
-            raise ValueError(f"max_temperature_c must be a finite number of degrees C; "
-                             f"got {max_temperature_c!r}")
+        checked(check_number, "max_temperature_c", max_temperature_c)
         self.max_temperature_c = float(max_temperature_c)
         super().__init__(consecutive)
 
@@ -95,7 +86,7 @@ class OverheatDetector(_StreakDetector):
             if self._streaks.step(_key(device), None if temp is None else temp >= limit):
                 found.append(Anomaly(
                     OVERHEAT, None, temp, limit,
-                    f"{_name(device)} temperature {temp:g} C >= {limit:g} C "
+                    f"{_label(device)} temperature {temp:g} C >= {limit:g} C "
                     f"{self._samples_text()}"))
         return found
 
@@ -126,7 +117,7 @@ class MemoryPressureDetector(_StreakDetector):
             if self._streaks.step(_key(device), None if fraction is None else fraction >= limit):
                 found.append(Anomaly(
                     MEMORY_PRESSURE, None, fraction, limit,
-                    f"{_name(device)} memory {100 * fraction:.1f}% used ({used:g} of {total:g} "
+                    f"{_label(device)} memory {100 * fraction:.1f}% used ({used:g} of {total:g} "
                     f"MB) >= {100 * limit:g}% {self._samples_text()}"))
         host = self.host_available_fraction
         if host is not None:

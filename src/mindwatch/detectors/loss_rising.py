@@ -17,10 +17,9 @@ from typing import Any, Deque, Dict, List
 
 from ..anomaly import LOSS_RISING, Anomaly
 from ..observation import StepObservation
-from .base import Detector, is_finite
+from .base import Detector, Episode, is_finite
+from .robust import robust_sigma
 
-
-_MAD_TO_SIGMA = 1.4826
 _MEDIAN_EFFICIENCY = 1.2533     # standard error of a median = 1.2533 * sigma / sqrt(n)
 NOISE_HISTORY = 5               # windows of step-to-step differences kept to measure noise
 
@@ -33,7 +32,7 @@ class LossRisingDetector(Detector):
         # difference ignores trends and level shifts, and a long sample keeps the estimate
         # from dipping by chance (a dip would make the rule trigger-happy).
         self._diffs: Deque[float] = deque(maxlen=NOISE_HISTORY * window)
-        self._in_episode = False
+        self._episode = Episode()
 
     def update(self, obs: StepObservation) -> List[Anomaly]:
         if not is_finite(obs.loss) or obs.loss <= 0 or obs.skipped:
@@ -55,27 +54,26 @@ class LossRisingDetector(Detector):
             # rise already passes ``min_rise``: two passes over 200 differences are most of
             # this rule's cost, and most steps cannot fire anyway.
             center = median(self._diffs)
-            sigma = _MAD_TO_SIGMA * median(abs(d - center) for d in self._diffs) / math.sqrt(2)
+            sigma = robust_sigma(self._diffs, center) / math.sqrt(2)
             standard_error = (_MEDIAN_EFFICIENCY * sigma *
                               math.sqrt(1 / half + 1 / (self.window - half)))
             bound = max(bound, self.significance * standard_error)
             rising = recent - older >= bound
         rise = math.exp(recent - older) - 1.0
         found = []
-        if rising and not self._in_episode:
+        if self._episode.starts(rising):
             found.append(Anomaly(
                 LOSS_RISING, obs.step, rise, math.expm1(bound),
                 f"loss keeps rising: the median of the last {self.window - half} steps is "
                 f"{rise:.1%} above the {half} before (bound {math.expm1(bound):.1%}), "
                 f"up to step {obs.step}"))
-        self._in_episode = rising
         return found
 
     def state_dict(self) -> Dict[str, Any]:
         return {"log_losses": list(self._losses), "diffs": list(self._diffs),
-                "in_episode": self._in_episode}
+                **self._episode.state_dict()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self._losses = deque(state.get("log_losses", []), maxlen=self.window)
         self._diffs = deque(state.get("diffs", []), maxlen=self._diffs.maxlen)
-        self._in_episode = bool(state.get("in_episode", False))
+        self._episode.load_state_dict(state)

@@ -1,7 +1,7 @@
 """Adaptive spike rules: a value far above the run's own recent history.
 
-The statistic is a robust z-score of the log value against a rolling window:
-``z = (log x - median) / (1.4826 * MAD)``. Logs, because losses and gradient norms are
+The statistic is a robust z-score of the log value against a rolling window (``robust.py``):
+``z = (log x - median) / (MAD_TO_SIGMA * MAD)``. Logs, because losses and gradient norms are
 positive and vary multiplicatively (a norm going 1 -> 10 is the same event as 10 -> 100);
 median and MAD, because a mean and standard deviation are dragged by the very spikes they
 should reveal. Two guards keep healthy noisy runs quiet: a warm-up before the rule may fire,
@@ -14,24 +14,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from statistics import median
-from typing import Any, Deque, Dict, List, Optional
+from typing import Any, Deque, Dict, List
 
 from ..anomaly import GRAD_SPIKE, LOSS_SPIKE, Anomaly
 from ..observation import StepObservation
-from .base import Detector, is_finite
-
-_MAD_TO_SIGMA = 1.4826
-
-
-def robust_z(value: float, window, center: Optional[float] = None) -> Optional[float]:
-    """Robust z-score of ``value`` against ``window`` (all logs); None if the window is flat.
-    ``center``: the window's median, when the caller already has it."""
-    if center is None:
-        center = median(window)
-    mad = median(abs(v - center) for v in window)
-    if mad == 0:
-        return None
-    return (value - center) / (_MAD_TO_SIGMA * mad)
+from ..records import Step
+from .base import Detector, Episode, is_finite
+from .robust import robust_z
 
 
 class SpikeDetector(Detector):
@@ -41,7 +30,7 @@ class SpikeDetector(Detector):
         self.window, self.warmup = window, warmup
         self.z_threshold, self.min_ratio = z_threshold, min_ratio
         self._logs: Deque[float] = deque(maxlen=window)
-        self._in_episode = False
+        self._episode = Episode()
 
     def update(self, obs: StepObservation) -> List[Anomaly]:
         value = getattr(obs, self.field)
@@ -58,29 +47,28 @@ class SpikeDetector(Detector):
             # A flat window (MAD 0) cannot give a z-score; then the ratio alone decides.
             z = robust_z(log_value, self._logs, center) if ratio >= self.min_ratio else None
             spiking = ratio >= self.min_ratio and (z is None or z >= self.z_threshold)
-            if spiking and not self._in_episode:
-                label = "loss" if self.field == "loss" else "gradient norm"
-                found.append(Anomaly(
-                    self.kind, obs.step, value, math.exp(center) * self.min_ratio,
-                    f"{label} {value:.4g} at step {obs.step} is {ratio:.3g}x the median of the "
-                    f"last {len(self._logs)} steps ({math.exp(center):.4g}; robust z "
-                    f"{'inf' if z is None else f'{z:.1f}'} >= {self.z_threshold:g})"))
-        self._in_episode = spiking
+        if self._episode.starts(spiking):      # only ever after the warm-up branch above
+            label = "loss" if self.field == Step.LOSS else "gradient norm"
+            found.append(Anomaly(
+                self.kind, obs.step, value, math.exp(center) * self.min_ratio,
+                f"{label} {value:.4g} at step {obs.step} is {ratio:.3g}x the median of the "
+                f"last {len(self._logs)} steps ({math.exp(center):.4g}; robust z "
+                f"{'inf' if z is None else f'{z:.1f}'} >= {self.z_threshold:g})"))
         if not obs.skipped:
             self._logs.append(log_value)
         return found
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"logs": list(self._logs), "in_episode": self._in_episode}
+        return {"logs": list(self._logs), **self._episode.state_dict()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self._logs = deque(state.get("logs", []), maxlen=self.window)
-        self._in_episode = bool(state.get("in_episode", False))
+        self._episode.load_state_dict(state)
 
 
 def loss_spike(**options) -> SpikeDetector:
-    return SpikeDetector(field="loss", kind=LOSS_SPIKE, **options)
+    return SpikeDetector(field=Step.LOSS, kind=LOSS_SPIKE, **options)
 
 
 def grad_spike(**options) -> SpikeDetector:
-    return SpikeDetector(field="grad_norm", kind=GRAD_SPIKE, **options)
+    return SpikeDetector(field=Step.GRAD_NORM, kind=GRAD_SPIKE, **options)

@@ -14,7 +14,7 @@ from statistics import median
 from typing import Any, Deque, Dict, List, Optional, Sequence
 
 from ..anomaly import STRAGGLER, Anomaly
-from .base import Detector
+from .base import Detector, Episode
 
 
 class StragglerDetector(Detector):
@@ -23,7 +23,7 @@ class StragglerDetector(Detector):
         self.rank, self.world_size = rank, world_size
         self.window, self.factor, self.min_fraction = window, factor, min_fraction
         self._times: List[Deque[float]] = [deque(maxlen=window) for _ in range(world_size)]
-        self._in_episode = False
+        self._episode = Episode()
 
     def update_peers(self, step: int, data_times: Sequence[float],
                      step_time_s: Optional[float]) -> List[Anomaly]:
@@ -36,7 +36,7 @@ class StragglerDetector(Detector):
         margin = self.min_fraction * (step_time_s or 0.0)
         slow = mine > self.factor * others and mine - others > margin
         found = []
-        if slow and not self._in_episode:
+        if self._episode.starts(slow):
             ratio = mine / others if others > 0 else float("inf")
             found.append(Anomaly(
                 STRAGGLER, step, mine, self.factor * others,
@@ -44,14 +44,13 @@ class StragglerDetector(Detector):
                 f"before each step (its data and host work), {ratio:.3g}x the other ranks' "
                 f"{others * 1000:.1f} ms (medians over {self.window} steps); every rank waits "
                 f"for it"))
-        self._in_episode = slow
         return found
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"times": [list(h) for h in self._times], "in_episode": self._in_episode}
+        return {"times": [list(h) for h in self._times], **self._episode.state_dict()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         times = state.get("times", [])
         if len(times) == self.world_size:
             self._times = [deque(t, maxlen=self.window) for t in times]
-        self._in_episode = bool(state.get("in_episode", False))
+        self._episode.load_state_dict(state)

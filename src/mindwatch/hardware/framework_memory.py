@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from ..numbers import to_number
 from .messages import OnceMessages
 
 Reader = Callable[[], Mapping[str, Any]]
@@ -16,10 +17,11 @@ Reader = Callable[[], Mapping[str, Any]]
 class FrameworkMemoryProbe:
     """``sample()`` returns the reader's dict with every value a float, a string or ``None``.
 
-    Numbers become floats; non-finite numbers and other objects become ``None`` (the run
-    log never holds a made-up number). When the reader raises, the sample is ``None`` and the problem is queued once per
-    exception type for ``pop_new_messages``; it is asked again next time, since allocator
-    queries can fail transiently (a device being reset). Never raises.
+    Numbers (``numbers.to_number``) become floats; non-finite numbers and other objects
+    become ``None`` (the run log never holds a made-up number). When the reader raises, the
+    sample is ``None`` and the problem is queued once per exception type for
+    ``pop_new_messages``; it is asked again next time, since allocator queries can fail
+    transiently (a device being reset). Never raises.
     """
 
     def __init__(self, reader: Reader, name: str = "framework"):
@@ -52,10 +54,5 @@ class FrameworkMemoryProbe:
 def _clean(value: Any) -> Any:
     if isinstance(value, str):
         return value
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+    number = to_number(value)
+    return number if number is not None and math.isfinite(number) else None

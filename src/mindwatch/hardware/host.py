@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from ..records import Hardware
+from ..units import GB
 from .messages import OnceMessages
-
-GB = 1e9
 
 
 def _import_psutil():
@@ -28,7 +28,8 @@ def _total_and_busy(times) -> tuple:
 
 
 class HostProbe:
-    """``sample()`` -> ``{"cpu_percent", "mem_used_gb", "mem_available_gb", "rss_gb"}``.
+    """``sample()`` -> a dict of ``records.Hardware.HOST_FIELDS``: CPU load, host memory used
+    and available, this process's resident memory.
 
     ``cpu_percent`` is the system-wide CPU load (0..100, averaged over all cores) since the
     previous call, or since construction for the first one: non-blocking, like
@@ -76,17 +77,16 @@ class HostProbe:
         return round(min(100.0, 100.0 * busy / total), 1)
 
     def sample(self) -> Dict[str, Optional[float]]:
-        out: Dict[str, Optional[float]] = {"cpu_percent": self.cpu_percent(),
-                                           "mem_used_gb": None, "mem_available_gb": None,
-                                           "rss_gb": None}
+        out: Dict[str, Optional[float]] = dict.fromkeys(Hardware.HOST_FIELDS)
+        out[Hardware.CPU_PERCENT] = self.cpu_percent()
         try:
             memory = self._psutil.virtual_memory()
-            out["mem_used_gb"] = memory.used / GB
-            out["mem_available_gb"] = memory.available / GB
+            out[Hardware.MEM_USED_GB] = memory.used / GB
+            out[Hardware.MEM_AVAILABLE_GB] = memory.available / GB
         except Exception as exc:
             self._report("virtual_memory", exc)
         try:
-            out["rss_gb"] = self._process.memory_info().rss / GB
+            out[Hardware.RSS_GB] = self._process.memory_info().rss / GB
         except Exception as exc:
             self._report("memory_info", exc)
         return out

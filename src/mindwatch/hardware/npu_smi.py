@@ -11,18 +11,12 @@ import subprocess
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..observation import DeviceSample
-from .npu_smi_parse import parse_info, parse_mapping, to_device_samples
+from ..rank import LOCAL_RANK_VARS, env_int, parse_index
 from .messages import OnceMessages
+from .npu_smi_parse import parse_info, parse_mapping, to_device_samples
 
 # a missing tool may still appear (a driver install finishing); a few tries cost little
 MAX_MISSING_TRIES = 3
-# the same names rank.py reads; repeated because "unset" must stay distinguishable from 0
-_LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MS_LOCAL_RANK")
-
-
-def _env_int(env: Mapping[str, str], name: str) -> Optional[int]:
-    text = (env.get(name) or "").strip()
-    return int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
 
 
 def visible_devices_from_env(env: Optional[Mapping[str, str]] = None) -> Optional[List[int]]:
@@ -39,13 +33,11 @@ def visible_devices_from_env(env: Optional[Mapping[str, str]] = None) -> Optiona
     visible: Optional[List[int]] = None
     raw = (env.get("ASCEND_RT_VISIBLE_DEVICES") or "").strip()
     if raw:
-        parts = [p.strip() for p in raw.split(",")]
-        if all(p.isascii() and p.isdigit() and len(p) < 10 for p in parts):
-            visible = [int(p) for p in parts]
-    chosen = _env_int(env, "DEVICE_ID")
-    if chosen is None:
-        chosen = next((_env_int(env, n) for n in _LOCAL_RANK_VARS
-                       if _env_int(env, n) is not None), None)
+        parts = raw.split(",")
+        numbers = [n for n in map(parse_index, parts) if n is not None]
+        if len(numbers) == len(parts):
+            visible = numbers
+    chosen = env_int(env, "DEVICE_ID", *LOCAL_RANK_VARS)
     if visible is None:
         return None if chosen is None else [chosen]
     if chosen is not None and chosen < len(visible):

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
+from ..numbers import to_number
 from ..observation import DeviceSample
+from ..units import MB
 from .messages import OnceMessages
 
-MB = 2 ** 20
+MW_PER_W = 1000                     # NVML reports power in milliwatts
 
 
 class NvmlProbe:
@@ -108,11 +110,11 @@ class NvmlProbe:
         power = self._query("power", index, nvml.nvmlDeviceGetPowerUsage, handle)
         return DeviceSample(
             "gpu", index,
-            util_percent=_number(getattr(util, "gpu", None)),
+            util_percent=to_number(getattr(util, "gpu", None)),
             mem_used_mb=_scaled(getattr(memory, "used", None), MB),
             mem_total_mb=_scaled(getattr(memory, "total", None), MB),
-            temp_c=_number(temp),
-            power_w=_scaled(power, 1000))
+            temp_c=to_number(temp),
+            power_w=_scaled(power, MW_PER_W))
 
     def sample(self) -> List[DeviceSample]:
         if not self.enabled:
@@ -139,13 +141,6 @@ class NvmlProbe:
             self._shutdown()
 
 
-def _number(value: Any) -> Optional[float]:
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def _scaled(value: Any, unit: float) -> Optional[float]:
-    number = _number(value)
+    number = to_number(value)
     return None if number is None else number / unit

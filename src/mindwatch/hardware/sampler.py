@@ -17,11 +17,14 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from ..arguments import checked
 from ..observation import HardwareSample
+from ..records import Hardware
+from ..settings import check_number
 from .framework_memory import FrameworkMemoryProbe, Reader
+from .messages import OnceMessages
 from .npu_smi import NpuSmiProbe, visible_devices_from_env
 from .nvml import NvmlProbe
-from .messages import OnceMessages
 
 
 class UnavailableProbe:
@@ -87,9 +90,7 @@ class HardwareSampler:
     def __init__(self, *, interval_s: float, on_sample: Callable[[HardwareSample], None],
                  host: Any = None, devices: Sequence[Any] = (), framework_memory: Any = None,
                  clock: Callable[[], float] = time.time, join_timeout_s: float = 5.0):
-        if (isinstance(interval_s, bool) or not isinstance(interval_s, (int, float))
-                or not math.isfinite(interval_s) or interval_s <= 0):
-            raise ValueError(f"interval_s must be a positive number of seconds; got {interval_s!r}")
+        checked(check_number, "interval_s", interval_s, low=0.0, low_open=True)
         if not callable(on_sample):
             raise TypeError(f"on_sample must be callable; got {type(on_sample).__name__}")
         self.interval_s = float(interval_s)
@@ -169,7 +170,7 @@ class HardwareSampler:
         sample = HardwareSample(time=self.clock())
         if self.host is not None:
             host = self._call("host", self.host, self.host.sample, None) or {}
-            for field in ("cpu_percent", "mem_used_gb", "mem_available_gb", "rss_gb"):
+            for field in Hardware.HOST_FIELDS:
                 setattr(sample, field, host.get(field))
         for probe in self.devices:
             sample.devices.extend(self._call("devices", probe, probe.sample, None) or [])

@@ -1,23 +1,25 @@
 """``TrainMonitor``: the MindSpore callback users add to ``Model.train``."""
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import mindspore as ms
 from mindspore import nn
 from mindspore.train import Callback
 
 from ..anomaly import Anomaly
+from ..framework import FrameworkHooks
 from ..monitor import Monitor
-from ..settings import check_bool, check_number
+from ..records import Run, Step, Versions
+from ..settings import MonitorSettings, check_bool, check_number
 from .checkpoint import resume_snippet, save_atomically
 from .consensus import RankConsensus
 from .distributed import communication_initialised, current_rank
 from .layers import LayerGrouping
 from .lr import applied_lrs
 from .memory import mindspore_memory_reader
+from .mindinsight import open_mindinsight_sink
 from .outputs import read_outputs
-from .summary import summary_event_class
 from .wrap import MonitoredTrainStep
 
 _GRAD_CHECKS_OFF = ("gradient checks are off: the train cell does not return gradient norms. "
@@ -26,24 +28,47 @@ _GRAD_CHECKS_OFF = ("gradient checks are off: the train cell does not return gra
 
 
 class TrainMonitor(Callback):
-    """Monitors a MindSpore training run; see ``mindwatch.MonitorSettings`` for settings.
+    """Monitors a MindSpore training run: a ``mindspore.train.Callback`` for ``Model.train``.
+
+    Args:
+        log_dir: the run directory (created if missing); this rank logs to
+            ``<log_dir>/rank_<R>.jsonl``, anomaly reports go to ``anomalies/``, checkpoints
+            to ``checkpoints/``.
+        stream: where the console view writes (default ``sys.stdout``).
+        clock: time source (tests pass a fake one).
+        **settings: any ``MonitorSettings`` field, each with a default (docs/api.md lists
+            them with units), e.g. ``print_interval=10``, ``grad_explode=100.0``,
+            ``on_anomaly={"loss_spike": "stop"}``, ``tensorboard=True``.
+
+    Raises:
+        TypeError, ValueError: an unknown setting or a bad value (the message names it and
+            what it accepts); an unwritable ``log_dir``; an existing run log in ``log_dir``
+            without ``resume=True``.
+        ImportError: a view was asked for whose package is missing (it says what to install).
 
     With several ranks, call ``mindspore.communication.init()`` first and put this callback
     last in the list: a ``request_stop()`` by an earlier callback is then shared with every
     rank, which all stop after the same step.
+
+    Example::
+
+        monitor = TrainMonitor("runs/exp1", print_interval=10)
+        train_step = monitor.wrap(net_with_loss, optimizer)
+        model = mindspore.train.Model(train_step)
+        model.train(3, dataset, callbacks=[monitor], dataset_sink_mode=False)
     """
 
     def __init__(self, log_dir: str, *, stream=None, clock=None, **settings: Any):
         rank = current_rank()
+        framework = FrameworkHooks(
+            versions={Versions.MINDSPORE: ms.__version__}, save_checkpoint=self._save_checkpoint,
+            resume_hint=resume_snippet, notes=self._report_notes,
+            memory_reader=mindspore_memory_reader(),
+            sinks={"mindinsight": open_mindinsight_sink})
+        self.train_step: Optional[MonitoredTrainStep] = None
         self.monitor = Monitor(
             log_dir, rank=rank.rank, world_size=rank.world_size, local_rank=rank.local_rank,
-            stream=stream, clock=clock, versions={"mindspore": ms.__version__},
-            summary_event_class=summary_event_class() if settings.get("mindinsight") else None,
-            **settings)
-        self.monitor.framework_memory_reader = mindspore_memory_reader()
-        self.monitor.responder.resume_snippet = resume_snippet
-        self.monitor.responder.checkpointer = self._save_checkpoint
-        self.train_step: Optional[MonitoredTrainStep] = None
+            stream=stream, clock=clock, framework=framework, **settings)
         self._cb_params = None
         self._last_step_num = 0
         self._mark: Optional[float] = None
@@ -54,7 +79,7 @@ class TrainMonitor(Callback):
 
     # -- public API -------------------------------------------------------------------
     @property
-    def settings(self):
+    def settings(self) -> MonitorSettings:
         return self.monitor.settings
 
     def wrap(self, net_with_loss: nn.Cell, optimizer: nn.Optimizer, *,
@@ -62,9 +87,28 @@ class TrainMonitor(Callback):
              sens: float = 1.0, per_layer_norms: bool = False) -> MonitoredTrainStep:
         """A train-step Cell that also returns the pre-clip global gradient norm.
 
-        ``per_layer_norms=True`` also measures each layer's gradient norm in the graph (a
-        layer is a parameter name without its last part: ``blocks.0.attn.qkv``), logged every
-        ``layer_norms_interval`` steps and named in every gradient anomaly report.
+        Use it in place of ``nn.TrainOneStepCell``: ``Model(monitor.wrap(net, opt))``. Works
+        in GRAPH_MODE and PYNATIVE_MODE; under data parallelism it reduces the gradients as
+        ``nn.TrainOneStepCell`` does and measures the norm after the reduction.
+
+        Args:
+            net_with_loss: a Cell whose output is the loss (e.g. ``nn.WithLossCell``).
+            optimizer: the ``nn.Optimizer`` that updates its parameters.
+            clip_grad_norm: clip the gradients to this global L2 norm after measuring it
+                (None: no clipping).
+            skip_anomalous_updates: withhold the optimizer update, in the graph, on a step
+                whose gradients are non-finite or whose norm exceeds ``grad_explode``.
+            sens: the gradient's initial sensitivity (a fixed loss scale).
+            per_layer_norms: also measure each layer's gradient norm in the graph (a layer
+                is a parameter name without its last part: ``blocks.0.attn.qkv``), logged
+                every ``layer_norms_interval`` steps and named in every gradient anomaly
+                report.
+
+        Returns the ``MonitoredTrainStep`` Cell; its output is ``(loss, stats)``.
+
+        Raises TypeError or ValueError naming a bad argument.
+
+        Example: ``model = Model(monitor.wrap(nn.WithLossCell(net, loss_fn), optimizer))``
         """
         if not isinstance(net_with_loss, nn.Cell):
             raise TypeError("net_with_loss must be a mindspore.nn.Cell returning the loss; got "
@@ -81,21 +125,34 @@ class TrainMonitor(Callback):
             clip_grad_norm=clip_grad_norm, skip_anomalous_updates=skip_anomalous_updates,
             sens=sens, per_layer_norms=per_layer_norms)
         self._layers = LayerGrouping([p.name for p in optimizer.parameters])
-        if not skip_anomalous_updates:
-            self.monitor.responder.notes.append(
-                "wrap(skip_anomalous_updates=False): anomalous updates were applied")
         return self.train_step
 
     def observe(self, **fields: Any) -> List[Anomaly]:
-        """A custom loop's step: ``observe(step=..., loss=..., lr=..., grad_norm=...)``."""
+        """A custom loop's step, without ``Model``; see ``mindwatch.Monitor.observe``.
+
+        Example: ``anomalies = monitor.observe(step=1, loss=2.3, lr=1e-3, grad_norm=0.7)``
+        returns the anomalies of that step (empty when healthy).
+        """
         return self.monitor.observe(**fields)
 
     def close(self) -> None:
+        """End the run cleanly (the ``end`` record; sinks closed); for custom loops.
+        ``Model.train`` closes it by itself. Idempotent."""
         self.monitor.close()
 
     @property
     def anomalies(self) -> List[Anomaly]:
+        """The current run segment's anomalies, in the order they were found."""
         return self.monitor.anomalies
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The detectors' windows and the loss average, for a resumed run to keep its
+        history: save it beside the model checkpoint (it is plain JSON)."""
+        return self.monitor.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore ``state_dict()``'s output before training resumes."""
+        self.monitor.load_state_dict(state)
 
     # -- MindSpore callback hooks ---------------------------------------------------------
     def on_train_begin(self, run_context) -> None:
@@ -104,11 +161,11 @@ class TrainMonitor(Callback):
         self._last_step_num = int(getattr(cb, "cur_step_num", 0) or 0)
         epochs, per_epoch = getattr(cb, "epoch_num", None), getattr(cb, "batch_num", None)
         total = self._last_step_num + epochs * per_epoch if epochs and per_epoch else None
-        self.monitor.start(
-            total_steps=total, wrapped=self._is_wrapped(cb),
-            mode="GRAPH_MODE" if ms.get_context("mode") == ms.GRAPH_MODE else "PYNATIVE_MODE",
-            device_target=ms.get_context("device_target"),
-            dataset_sink_mode=bool(getattr(cb, "dataset_sink_mode", False)))
+        self.monitor.start(total_steps=total, **{
+            Run.WRAPPED: self._is_wrapped(cb),
+            Run.MODE: "GRAPH_MODE" if ms.get_context("mode") == ms.GRAPH_MODE else "PYNATIVE_MODE",
+            Run.DEVICE_TARGET: ms.get_context("device_target"),
+            Run.DATASET_SINK_MODE: bool(getattr(cb, "dataset_sink_mode", False))})
         self._mark = self.monitor.clock.perf_counter()
         self._data_time = None
         if self.monitor.world_size > 1 and self._consensus is None:
@@ -158,7 +215,7 @@ class TrainMonitor(Callback):
             steps=covered, step_time_s=step_time, batch_size=self._batch_size(cb),
             layer_grad_norms=None if out.param_sq_norms is None or self._layers is None
             else self._layers.norms(out.param_sq_norms),
-            extra=dict(out.extra, data_time_s=self._data_time))
+            extra={**out.extra, Step.DATA_TIME_S: self._data_time})
         if run_context.get_stop_requested():      # a callback before this one asked
             self.monitor.request_stop()
         if self._consensus is not None:
@@ -214,6 +271,11 @@ class TrainMonitor(Callback):
             return int(dataset.get_batch_size()) if dataset is not None else None
         except Exception:  # a dataset without batch information: throughput stays null
             return None
+
+    def _report_notes(self) -> List[str]:
+        if self.train_step is not None and not self.train_step.skip_anomalous:
+            return ["wrap(skip_anomalous_updates=False): anomalous updates were applied"]
+        return []
 
     def _save_checkpoint(self, step: int) -> Optional[str]:
         cell = self.train_step

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
 
-MB = 2 ** 20  # the same MB as the device samples, so pool and device figures compare
+from ..records import FrameworkMemory
+from ..units import MB  # the same MB as the device samples, so pool and device figures compare
 
 # our key -> (key of mindspore.runtime.memory_stats(), the single-value function)
 FIELDS = {
-    "allocated_mb": ("total_allocated_memory", "memory_allocated"),
-    "reserved_mb": ("total_reserved_memory", "memory_reserved"),
-    "max_allocated_mb": ("max_allocated_memory", "max_memory_allocated"),
-    "max_reserved_mb": ("max_reserved_memory", "max_memory_reserved"),
+    FrameworkMemory.ALLOCATED_MB: ("total_allocated_memory", "memory_allocated"),
+    FrameworkMemory.RESERVED_MB: ("total_reserved_memory", "memory_reserved"),
+    FrameworkMemory.MAX_ALLOCATED_MB: ("max_allocated_memory", "max_memory_allocated"),
+    FrameworkMemory.MAX_RESERVED_MB: ("max_reserved_memory", "max_memory_reserved"),
 }
 # MindSpore documents these as "always 0" on CPU: no pool is tracked there, so 0 is not news
 UNTRACKED_TARGETS = ("CPU",)
@@ -28,13 +29,13 @@ def mindspore_memory_reader(module: Any = None) -> Callable[[], Dict[str, Any]]:
     """
 
     def read() -> Dict[str, Any]:
-        out: Dict[str, Any] = {"device_target": None, **dict.fromkeys(FIELDS)}
+        out: Dict[str, Any] = {FrameworkMemory.DEVICE_TARGET: None, **dict.fromkeys(FIELDS)}
         try:
             ms = module
             if ms is None:
                 import mindspore as ms
             target = ms.get_context("device_target")
-            out["device_target"] = target if isinstance(target, str) else None
+            out[FrameworkMemory.DEVICE_TARGET] = target if isinstance(target, str) else None
             if target in UNTRACKED_TARGETS:
                 return out
             runtime = getattr(ms, "runtime", None)

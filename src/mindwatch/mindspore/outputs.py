@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from ..records import Step
 from .wrap import STAT_GRAD_NORM, STAT_LOSS, STAT_LR, MonitoredTrainStep
 
 
@@ -65,10 +66,10 @@ def read_outputs(outputs: Any, *, wrapped_by: Optional[MonitoredTrainStep] = Non
             return StepOutputs(
                 loss=_scalar(outputs[0]), skipped=bool(_flag(outputs[1])),
                 lr_groups=None if lr is None or lr.size == 0 else [float(v) for v in lr.reshape(-1)],
-                grad_norm=_scalar(outputs[4]), extra={"loss_scale": _scalar(outputs[2])})
+                grad_norm=_scalar(outputs[4]), extra={Step.LOSS_SCALE: _scalar(outputs[2])})
         if len(outputs) == 3:
             # nn.TrainOneStepWithLossScaleCell: (loss, overflow, loss scale).
             return StepOutputs(loss=_scalar(outputs[0]), skipped=bool(_flag(outputs[1])),
-                               extra={"loss_scale": _scalar(outputs[2])})
+                               extra={Step.LOSS_SCALE: _scalar(outputs[2])})
         return StepOutputs(loss=_scalar(outputs[0]) if outputs else None)
     return StepOutputs(loss=_scalar(outputs))

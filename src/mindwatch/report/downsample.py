@@ -22,6 +22,8 @@ import math
 from bisect import bisect_left, bisect_right
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+from ..settings import check_int
+
 Series = Tuple[List[float], List[float]]
 
 
@@ -90,8 +92,7 @@ def downsample(steps: Sequence[float], values: Sequence[Optional[float]], max_po
 
     Returns ``(steps, values)`` as new lists, in the input order, ``None`` values left out.
     """
-    if max_points < 2:
-        raise ValueError(f"max_points must be >= 2; got {max_points}")
+    check_int("max_points", max_points, minimum=2)
     if len(steps) != len(values):
         raise ValueError(f"steps and values differ in length: {len(steps)} != {len(values)}")
     # The common case (no None, all finite) stays in C loops: `in`, map, slicing.

@@ -1,9 +1,11 @@
 // mindwatch report: draws the panels described in the #mw-data JSON block as inline SVG.
 // Vanilla JS, no dependencies and no network, so the report opens anywhere, offline.
-// Data format (built by mindwatch/report/html.py): {panels: [{id, title, log (true|false|
-// "auto"), hlines: [{y, label}], markers (bool), lines: [{label, rank, x: [], y: [],
-// faint, dash, spread}]}], anomalies: [{step, rank, kind, message}]}. Non-finite values
-// arrive as the strings "NaN", "Infinity", "-Infinity" (the JSON stays strict).
+// Data format (built by mindwatch/report/html.py): {panels: [{id, title, hlines: [{y, label}],
+// markers (bool), axis: null (no data) or {log, x: [x0, x1], y: [y0, y1] (log10 units on a
+// log axis), x_ticks: [[x, label]], y_ticks: [[y, label]]}, lines: [{label, rank, x: [],
+// y: [], text: [], faint, dash, spread}]}], anomalies: [{step, rank, kind, message}]}.
+// Non-finite values arrive as the strings "NaN", "Infinity", "-Infinity" (the JSON stays
+// strict). Every number shown as text (ticks, tooltips) comes formatted from Python.
 (function () {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
@@ -19,17 +21,6 @@
     if (v === "Infinity") return Infinity;
     if (v === "-Infinity") return -Infinity;
     return null;
-  }
-
-  // Same rules as mindwatch.format.number: significant digits, exponent outside [1e-3, 1e5).
-  function fmt(v, digits) {
-    digits = digits || 4;
-    if (v === null || v === undefined) return "-";
-    if (isNaN(v)) return "nan";
-    if (!isFinite(v)) return v > 0 ? "inf" : "-inf";
-    var m = Math.abs(v);
-    if (m !== 0 && (m >= 1e5 || m < 1e-3)) return v.toExponential(digits - 1);
-    return String(Number(v.toPrecision(digits)));
   }
 
   function el(name, attrs, parent) {
@@ -51,48 +42,6 @@
     return line.spread ? SPREAD[line.spread] : PALETTE[line.rank % PALETTE.length];
   }
 
-  function niceTicks(lo, hi, log) {   // log: lo/hi are log10 values, so are the ticks
-    var out = [], i;
-    if (log && hi - lo >= 1) {
-      var step = Math.max(1, Math.ceil((Math.ceil(hi) - Math.floor(lo)) / 8));
-      for (i = Math.floor(lo); i <= Math.ceil(hi); i += step) if (i >= lo && i <= hi) out.push(i);
-      return out;
-    }
-    if (log) {   // less than a decade: round values, placed on the log scale
-      return niceTicks(Math.pow(10, lo), Math.pow(10, hi), false).filter(function (v) {
-        return v > 0;
-      }).map(Math.log10);
-    }
-    var raw = (hi - lo) / 5 || 1, base = Math.pow(10, Math.floor(Math.log10(raw)));
-    var mult = [1, 2, 5, 10].find(function (m) { return m * base >= raw; });
-    var s = mult * base;
-    for (i = Math.ceil(lo / s); i <= Math.floor(hi / s); i++) out.push(i * s);
-    return out;
-  }
-
-  function tickLabel(v, log) {   // decades read best as 0.01, 1000, 1e+06
-    if (!log) return fmt(v, 3);
-    var e = Math.round(Math.log10(v));
-    if (Math.abs(Math.pow(10, e) - v) > 1e-9 * v) return fmt(v, 3);
-    return e >= -3 && e <= 5 ? String(Number(v.toPrecision(1))) : "1e" + (e > 0 ? "+" : "") + e;
-  }
-
-  function useLog(panel, values) {
-    if (panel.log === true) return true;
-    if (panel.log !== "auto" || !values.length) return false;
-    var e = extent(values);
-    return e[0] > 0 && e[1] / e[0] > 30;   // a spike of 1000x flattens a linear axis to nothing
-  }
-
-  function extent(arr) {
-    var lo = Infinity, hi = -Infinity;
-    for (var i = 0; i < arr.length; i++) {
-      if (arr[i] < lo) lo = arr[i];
-      if (arr[i] > hi) hi = arr[i];
-    }
-    return [lo, hi];
-  }
-
   function bisect(xs, x) {   // index of the point nearest to x in a sorted array
     var lo = 0, hi = xs.length - 1;
     while (hi - lo > 1) { var mid = (lo + hi) >> 1; if (xs[mid] < x) lo = mid; else hi = mid; }
@@ -104,14 +53,11 @@
     box.id = "panel-" + panel.id;
     box.style.position = "relative";
     html("h3", "", panel.title, box);
+    var axis = panel.axis;
+    if (!axis) { html("p", "nodata", "no data in this run", box); return; }
     var lines = panel.lines.map(function (line) {
       return {src: line, x: line.x, y: line.y.map(num)};
     });
-    var finite = [], xs = [];
-    lines.forEach(function (l) {
-      l.y.forEach(function (v, i) { if (isFinite(v)) finite.push(v); xs.push(l.x[i]); });
-    });
-    if (!finite.length) { html("p", "nodata", "no data in this run", box); return; }
     var legend = html("div", "legend", undefined, box);
     lines.forEach(function (l) {
       var item = html("span", "", undefined, legend);
@@ -121,26 +67,22 @@
       item.appendChild(document.createTextNode(l.src.label));
     });
     var hlines = panel.hlines || [];
-    var log = useLog(panel, finite);
-    var ys = finite.concat(hlines.map(function (h) { return h.y; }));
-    if (log) ys = ys.filter(function (v) { return v > 0; }).map(Math.log10);
-    var ye = extent(ys), xe = panel.x_range || extent(xs);
-    var pad = (ye[1] - ye[0]) * 0.05 || 0.5;
-    var y0 = ye[0] - pad, y1 = ye[1] + pad, x0 = xe[0], x1 = xe[1] > xe[0] ? xe[1] : xe[0] + 1;
+    var log = axis.log, x0 = axis.x[0], x1 = axis.x[1], y0 = axis.y[0], y1 = axis.y[1];
     function px(x) { return L + (x - x0) / (x1 - x0) * (W - L - R); }
     function py(v) { return H - B - ((log ? Math.log10(v) : v) - y0) / (y1 - y0) * (H - T - B); }
     var svg = el("svg", {viewBox: "0 0 " + W + " " + H, role: "img"}, box);
     el("title", {}, svg).textContent = panel.title;
-    niceTicks(y0, y1, log).forEach(function (t) {
-      var v = log ? Math.pow(10, t) : t, y = py(v);
+    axis.y_ticks.forEach(function (tick) {
+      var y = py(tick[0]);
       el("line", {x1: L, x2: W - R, y1: y, y2: y, stroke: "#eceff2"}, svg);
       el("text", {x: L - 6, y: y + 4, "text-anchor": "end", "font-size": 11, fill: "#5b6670"},
-         svg).textContent = tickLabel(v, log);
+         svg).textContent = tick[1];
     });
-    niceTicks(x0, x1, false).forEach(function (t) {
-      el("line", {x1: px(t), x2: px(t), y1: H - B, y2: H - B + 4, stroke: "#5b6670"}, svg);
-      el("text", {x: px(t), y: H - B + 16, "text-anchor": "middle", "font-size": 11,
-                  fill: "#5b6670"}, svg).textContent = String(t);
+    axis.x_ticks.forEach(function (tick) {
+      var x = px(tick[0]);
+      el("line", {x1: x, x2: x, y1: H - B, y2: H - B + 4, stroke: "#5b6670"}, svg);
+      el("text", {x: x, y: H - B + 16, "text-anchor": "middle", "font-size": 11,
+                  fill: "#5b6670"}, svg).textContent = tick[1];
     });
     el("text", {x: W - R, y: H - 2, "text-anchor": "end", "font-size": 11, fill: "#5b6670"},
        svg).textContent = "step";
@@ -179,7 +121,8 @@
           var x = px(l.x[i]);
           var tri = el("path", {d: "M" + (x - 5) + "," + T + "h10l-5,8z", fill: "#c0392b",
                                 "class": "nonfinite"}, svg);
-          el("title", {}, tri).textContent = l.src.label + ": " + fmt(v) + " at step " + l.x[i];
+          el("title", {}, tri).textContent = l.src.label + ": " + l.src.text[i] + " at step " +
+            l.x[i];
         }
       });
       if (cur.length) segs.push(cur);
@@ -207,7 +150,7 @@
         if (!l.x.length) return;
         var i = bisect(l.x, x);
         if (best === null || Math.abs(l.x[i] - x) < Math.abs(best - x)) best = l.x[i];
-        text.push(l.src.label + ": " + fmt(l.y[i]) + " (step " + l.x[i] + ")");
+        text.push(l.src.label + ": " + l.src.text[i] + " (step " + l.x[i] + ")");
       });
       cross.setAttribute("x1", px(best));
       cross.setAttribute("x2", px(best));

@@ -1,30 +1,16 @@
 """``mindwatch report --png DIR``: the main panels as PNG line charts, drawn with Pillow
-from the same panel data as the HTML page (``html.build_panels``)."""
+from the same panel data as the HTML page (``panels.build_panels``), axes and ticks included."""
 from __future__ import annotations
 
 import math
 import os
 from typing import Any, List, Mapping
 
-from .. import format as fmt
+from ..records import Anomaly
 from ..runlog import RunLog
-from .html import MAX_ANOMALY_ROWS, _gc_paused, _scan, build_panels
+from .panels import MAX_ANOMALY_ROWS, build_panels, gc_paused, scan_log
 
 PNG_PANELS = ("loss", "lr", "grad_norm", "step_time")
-
-
-def _ticks(low: float, high: float, log: bool) -> List[float]:
-    """Round ticks (the same rules as plot.js): on a log axis ``low``/``high`` and the ticks
-    are log10 values, decades when the axis spans one or more."""
-    if log and high - low >= 1:
-        stride = max(1, math.ceil((math.ceil(high) - math.floor(low)) / 8))
-        return [e for e in range(math.floor(low), math.ceil(high) + 1, stride) if low <= e <= high]
-    if log:
-        return [math.log10(v) for v in _ticks(10 ** low, 10 ** high, False) if v > 0]
-    raw = (high - low) / 5 or 1.0
-    base = 10 ** math.floor(math.log10(raw))
-    step = next(m * base for m in (1, 2, 5, 10) if m * base >= raw)
-    return [i * step for i in range(math.ceil(low / step), math.floor(high / step) + 1)]
 
 
 def _draw_png(panel: Mapping[str, Any], marks: List[int], width: int, height: int):
@@ -34,21 +20,11 @@ def _draw_png(panel: Mapping[str, Any], marks: List[int], width: int, height: in
     font = ImageFont.load_default(size=13)
     left, right, top, bottom = 70, width - 16, 28, height - 30
     draw.text((left, 6), panel["title"], fill="#1d2329", font=font)
-    lines = panel["lines"]
-    finite = [v for ln in lines for v in ln["y"] if math.isfinite(v)]
-    log = panel.get("log") is True or (panel.get("log") == "auto" and finite and
-                                       min(finite) > 0 and max(finite) / min(finite) > 30)
-    finite += [h["y"] for h in panel.get("hlines") or ()]
-    xs = panel.get("x_range") or [x for ln in lines for x in ln["x"]]
-    if log:
-        finite = [math.log10(v) for v in finite if v > 0]
-    if not finite or not xs:
+    lines, axis = panel["lines"], panel["axis"]
+    if axis is None:
         draw.text((left, height // 2), "no data", fill="#8a949c", font=font)
         return img
-    y0, y1 = min(finite), max(finite)
-    y0, y1 = (y0 - 0.5, y1 + 0.5) if y0 == y1 else (y0 - (y1 - y0) * .05, y1 + (y1 - y0) * .05)
-    x0, x1 = min(xs), max(xs)
-    x1 = x1 if x1 > x0 else x0 + 1
+    log, (x0, x1), (y0, y1) = axis["log"], axis["x"], axis["y"]
 
     def px(x):
         return left + (x - x0) / (x1 - x0) * (right - left)
@@ -57,15 +33,12 @@ def _draw_png(panel: Mapping[str, Any], marks: List[int], width: int, height: in
         return bottom - ((math.log10(v) if log else v) - y0) / (y1 - y0) * (bottom - top)
 
     grey = "#5b6670"
-    for t in _ticks(y0, y1, log):
-        value = 10 ** t if log else t
+    for value, label in axis["y_ticks"]:
         draw.line([(left, py(value)), (right, py(value))], fill="#eceff2")
-        label = f"{value:g}" if log and t == int(t) else fmt.number(value, 3)
         draw.text((left - 6, py(value)), label, fill=grey, font=font, anchor="rm")
-    for t in _ticks(x0, x1, False):
-        draw.line([(px(t), bottom), (px(t), bottom + 4)], fill=grey)
-        label = str(int(t)) if t == int(t) else f"{t:g}"
-        draw.text((px(t), bottom + 6), label, fill=grey, font=font, anchor="mt")
+    for value, label in axis["x_ticks"]:
+        draw.line([(px(value), bottom), (px(value), bottom + 4)], fill=grey)
+        draw.text((px(value), bottom + 6), label, fill=grey, font=font, anchor="mt")
     draw.text((right, height - 4), "step", fill=grey, font=font, anchor="rd")
     draw.rectangle([left, top, right, bottom], outline="#9aa4ad")
     for step in marks:
@@ -117,11 +90,12 @@ def _colour(line: Mapping[str, Any]) -> str:
 def write_pngs(run: RunLog, out_dir: str, *, width: int = 1000, height: int = 360) -> List[str]:
     """The main panels (loss, LR, gradient norm, step time) as PNG files; returns the paths."""
     os.makedirs(out_dir, exist_ok=True)
-    with _gc_paused():
-        scans = [_scan(log) for log in run.ranks]
+    with gc_paused():
+        scans = [scan_log(log) for log in run.ranks]
         panels = {p["id"]: p for p in build_panels(run, width, scans)}
-    marks = sorted({a.get("step") for scan in scans for a in scan["anomalies"][:MAX_ANOMALY_ROWS]
-                    if isinstance(a.get("step"), int)})
+    marks = sorted({a.get(Anomaly.STEP) for scan in scans
+                    for a in scan["anomalies"][:MAX_ANOMALY_ROWS]
+                    if isinstance(a.get(Anomaly.STEP), int)})
     paths = []
     for panel_id in PNG_PANELS:
         path = os.path.join(out_dir, f"{panel_id}.png")

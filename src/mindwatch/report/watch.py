@@ -28,8 +28,10 @@ from rich.text import Text
 
 from .. import format as fmt
 from .. import records
+from ..records import Anomaly, Common, Device, End, Hardware, Run, Step, device_label
 from ..run_dir import rank_logs, rank_of
-from ..runlog import RunLogError
+from ..runlog import LineDecoder, RunLogError
+from ..settings import check_number
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 16
@@ -41,9 +43,8 @@ class _Tail:
     def __init__(self, path: str):
         self.path = path
         self.offset = 0
-        self.pending = b""          # bytes of a line whose newline has not been written yet
-        self.line = 0               # complete lines read, for error messages
         self.inode: Optional[int] = None
+        self.decoder = LineDecoder(path)   # keeps a line back until its newline is written
 
 
 class Follower:
@@ -75,7 +76,7 @@ class Follower:
                 if stat.st_ino != tail.inode or stat.st_size < tail.offset:
                     # A new run without resume recreates the log: start it over.
                     if tail.inode is not None:
-                        tail.offset, tail.pending, tail.line = 0, b"", 0
+                        tail.offset, tail.decoder = 0, LineDecoder(tail.path)
                     tail.inode = stat.st_ino
                 handle.seek(tail.offset)
                 data = handle.read()
@@ -84,23 +85,9 @@ class Follower:
         except OSError as exc:
             raise RunLogError(f"cannot read {tail.path}: {exc.strerror or exc}") from exc
         tail.offset += len(data)
-        lines = (tail.pending + data).split(b"\n")
-        tail.pending = lines.pop()    # b"" when the data ended with a newline
-        found = []
-        for raw in lines:
-            tail.line += 1
-            if not raw.strip():
-                continue
-            try:
-                record = records.decode(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as exc:
-                raise RunLogError(f"{tail.path}, line {tail.line}: not a run-log record "
-                                  f"({exc})") from exc
-            if tail.line == 1 and record.get("kind") != records.RUN:
-                raise RunLogError(f"{tail.path}: the first record is not a 'run' record; not a "
-                                  "mindwatch log")
-            record.setdefault("rank", rank_of(tail.path))
-            found.append(record)
+        found = tail.decoder.feed(data)
+        for record in found:
+            record.setdefault(Common.RANK, rank_of(tail.path))
         return found
 
 
@@ -124,13 +111,14 @@ class WatchState:
 
     def update(self, new: List[Dict[str, Any]]) -> None:
         for record in new:
-            state = self.ranks.setdefault(record["rank"], RankState(record["rank"]))
-            kind = record.get("kind")
+            rank = record[Common.RANK]
+            state = self.ranks.setdefault(rank, RankState(rank))
+            kind = record.get(Common.KIND)
             if kind == records.RUN:
                 state.run, state.end = record, None    # a new segment: running again
             elif kind == records.STEP:
                 state.step = record
-                state.losses.append(record.get("loss"))
+                state.losses.append(record.get(Step.LOSS))
             elif kind == records.HARDWARE:
                 state.hardware = record
             elif kind == records.ANOMALY:
@@ -141,7 +129,7 @@ class WatchState:
 
     @property
     def world_size(self) -> int:
-        sizes = [s.run.get("world_size") for s in self.ranks.values() if s.run]
+        sizes = [s.run.get(Run.WORLD_SIZE) for s in self.ranks.values() if s.run]
         return max([len(self.ranks)] + [n for n in sizes if isinstance(n, int)])
 
     @property
@@ -171,17 +159,18 @@ def sparkline(values, width: int = SPARK_WIDTH) -> str:
 
 
 def _devices(hardware: Optional[Dict[str, Any]]) -> str:
-    if not hardware or not hardware.get("devices"):
+    if not hardware or not hardware.get(Hardware.DEVICES):
         return fmt.MISSING
-    return "; ".join(f"{d.get('type', '')}{d.get('index', '')} {fmt.percent(d.get('util_percent'))}"
-                     f" {fmt.celsius(d.get('temp_c'))} {fmt.megabytes(d.get('mem_used_mb'))}"
-                     for d in hardware["devices"])
+    return "; ".join(f"{device_label(d)} {fmt.percent(d.get(Device.UTIL_PERCENT))}"
+                     f" {fmt.celsius(d.get(Device.TEMP_C))} "
+                     f"{fmt.megabytes(d.get(Device.MEM_USED_MB))}"
+                     for d in hardware[Hardware.DEVICES])
 
 
 def _status(state: RankState) -> Text:
     if state.end is not None:
-        reason = state.end.get("reason")
-        return Text(str(reason), style="green" if reason == "completed" else "red")
+        reason = state.end.get(End.REASON)
+        return Text(str(reason), style="green" if reason == records.COMPLETED else "red")
     return Text("running", style="cyan")
 
 
@@ -207,23 +196,24 @@ def render(state: WatchState, *, elapsed_s: Optional[float] = None, final: bool 
     for rank in sorted(state.ranks):
         rs = state.ranks[rank]
         step = rs.step or {}
-        total = (rs.run or {}).get("total_steps")
+        total = (rs.run or {}).get(Run.TOTAL_STEPS)
         table.add_row(
-            str(rank), f"{step.get('step', fmt.MISSING)}" + (f"/{total}" if total else ""),
-            fmt.number(step.get("loss")), fmt.number(step.get("loss_smooth")),
-            sparkline(rs.losses), fmt.lr(step.get("lr")), fmt.number(step.get("grad_norm")),
-            fmt.duration(step.get("step_time_s")), fmt.rate(step.get("samples_per_s")),
-            _status(rs))
+            str(rank), f"{step.get(Step.STEP, fmt.MISSING)}" + (f"/{total}" if total else ""),
+            fmt.number(step.get(Step.LOSS)), fmt.number(step.get(Step.LOSS_SMOOTH)),
+            sparkline(rs.losses), fmt.lr(step.get(Step.LR)),
+            fmt.number(step.get(Step.GRAD_NORM)), fmt.duration(step.get(Step.STEP_TIME_S)),
+            fmt.rate(step.get(Step.SAMPLES_PER_S)), _status(rs))
         if rs.hardware:
             hw = rs.hardware
-            hardware.add_row(str(rank), fmt.percent(hw.get("cpu_percent")),
-                             fmt.gigabytes(hw.get("mem_used_gb")), fmt.gigabytes(hw.get("rss_gb")),
-                             _devices(hw))
+            hardware.add_row(str(rank), fmt.percent(hw.get(Hardware.CPU_PERCENT)),
+                             fmt.gigabytes(hw.get(Hardware.MEM_USED_GB)),
+                             fmt.gigabytes(hw.get(Hardware.RSS_GB)), _devices(hw))
     parts: List[Any] = [table]
     if hardware.row_count:
         parts.append(hardware)
     anomalies = sorted((a for rs in state.ranks.values() for a in rs.anomalies),
-                       key=lambda a: (a.get("time") or 0, a.get("rank")))[-LAST_ANOMALIES:]
+                       key=lambda a: (a.get(Common.TIME) or 0, a.get(Common.RANK))
+                       )[-LAST_ANOMALIES:]
     count = sum(rs.anomaly_count for rs in state.ranks.values())
     if anomalies:
         recent = Table(title=f"last anomalies ({count} in all)", box=box.SIMPLE_HEAD,
@@ -232,9 +222,9 @@ def render(state: WatchState, *, elapsed_s: Optional[float] = None, final: bool 
         for name in ("step", "rank", "kind", "value", "actions", "message"):
             recent.add_column(name, no_wrap=name != "message")
         for a in anomalies:
-            recent.add_row(str(a.get("step")), str(a.get("rank")), str(a.get("anomaly")),
-                           fmt.number(a.get("value")), ", ".join(a.get("actions") or []),
-                           str(a.get("message")))
+            recent.add_row(str(a.get(Anomaly.STEP)), str(a.get(Common.RANK)),
+                           str(a.get(Anomaly.ANOMALY)), fmt.number(a.get(Anomaly.VALUE)),
+                           ", ".join(a.get(Anomaly.ACTIONS) or []), str(a.get(Anomaly.MESSAGE)))
         parts.append(recent)
     ended = sum(1 for rs in state.ranks.values() if rs.end is not None)
     where = f"{state.run_dir}: {len(state.ranks)}/{state.world_size} rank(s), {ended} ended"
@@ -249,8 +239,7 @@ def watch(run_dir: str, *, console: Optional[Console] = None, refresh_s: float =
           timeout_s: Optional[float] = None, sleep: Callable[[float], None] = time.sleep) -> int:
     """Follow ``run_dir`` until every rank has ended (returns 0), ``timeout_s`` passes (1) or
     Ctrl-C (130). The last view stays on screen as the final table."""
-    if refresh_s <= 0:
-        raise ValueError(f"refresh_s must be > 0; got {refresh_s}")
+    check_number("refresh_s", refresh_s, low=0, low_open=True)
     console = console or Console()
     follower, state = Follower(run_dir), WatchState(run_dir)
     start = clock()

@@ -1,8 +1,8 @@
 """Tolerant reading of ``rank_<R>.jsonl`` files.
 
 A log being written, or left by a killed process, may end in a torn line: that one line is
-dropped and counted. A bad line anywhere else means the file is not a run log and is an
-error, since guessing would hide real damage.
+dropped and counted (``RankLog.torn_tail``). A bad line anywhere else is an error
+(``lines.LineDecoder``).
 """
 from __future__ import annotations
 
@@ -12,11 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from .. import records
 from ..run_dir import rank_logs, rank_of
-
-
-
-class RunLogError(ValueError):
-    """The input is not a readable run log; the message says which file and why."""
+from .lines import LineDecoder, RunLogError
 
 
 @dataclass
@@ -27,7 +23,7 @@ class RankLog:
     torn_tail: bool = False
 
     def of_kind(self, kind: str) -> List[Dict[str, Any]]:
-        return [r for r in self.records if r.get("kind") == kind]
+        return [r for r in self.records if r.get(records.Common.KIND) == kind]
 
     @property
     def run(self) -> Optional[Dict[str, Any]]:
@@ -37,7 +33,7 @@ class RankLog:
     @property
     def end(self) -> Optional[Dict[str, Any]]:
         last = self.records[-1] if self.records else None
-        return last if last and last.get("kind") == records.END else None
+        return last if last and last.get(records.Common.KIND) == records.END else None
 
     @property
     def steps(self) -> List[Dict[str, Any]]:
@@ -67,22 +63,11 @@ def read_rank_log(path: str, rank: Optional[int] = None) -> RankLog:
             data = handle.read()
     except OSError as exc:
         raise RunLogError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    lines = data.split(b"\n")
-    complete, tail = lines[:-1], lines[-1]   # tail is b"" when the file ends in a newline
-    for number, raw in enumerate(complete, start=1):
-        if not raw.strip():
-            continue
-        try:
-            log.records.append(records.decode(raw.decode("utf-8")))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise RunLogError(f"{path}, line {number}: not a run-log record ({exc})") from exc
-    if tail.strip():                          # no newline yet: written now, or cut by a crash
-        try:
-            log.records.append(records.decode(tail.decode("utf-8")))
-        except (UnicodeDecodeError, ValueError):
-            log.torn_tail = True
-    if log.records and log.records[0].get("kind") != records.RUN:
-        raise RunLogError(f"{path}: the first record is not a 'run' record; not a mindwatch log")
+    decoder = LineDecoder(path)
+    log.records = decoder.feed(data)
+    last, log.torn_tail = decoder.tail()      # no newline yet: written now, or cut by a crash
+    if last is not None:
+        log.records.append(last)
     return log
 
 

@@ -7,6 +7,7 @@ from typing import Any, Mapping, Optional, TextIO
 
 from .. import format as fmt
 from .. import records
+from ..records import Anomaly, Common, End, Epoch, Notice, Run, Step, Versions
 from .base import Sink
 
 _BAR_WIDTH = 24
@@ -51,59 +52,62 @@ class ConsoleSink(Sink):
 
     # -- records --------------------------------------------------------------------------
     def write(self, record: Mapping[str, Any]) -> None:
-        kind = record.get("kind")
+        kind = record.get(Common.KIND)
         if kind == records.STEP:
             self._step(record)
         elif kind == records.ANOMALY:
-            actions = "+".join(record.get("actions") or []) or "warn"
-            where = f" -> {record['checkpoint']}" if record.get("checkpoint") else ""
-            self._line(f"ANOMALY {record['anomaly']} at step {record.get('step')}: "
-                       f"{record.get('message')} [{actions}{where}]")
+            actions = "+".join(record.get(Anomaly.ACTIONS) or []) or "warn"
+            checkpoint = record.get(Anomaly.CHECKPOINT)
+            where = f" -> {checkpoint}" if checkpoint else ""
+            self._line(f"ANOMALY {record[Anomaly.ANOMALY]} at step {record.get(Anomaly.STEP)}: "
+                       f"{record.get(Anomaly.MESSAGE)} [{actions}{where}]")
         elif kind == records.NOTICE:
-            self._line(f"note: {record.get('message')}")
+            self._line(f"note: {record.get(Notice.MESSAGE)}")
         elif not self.verbose:
-            if kind == records.END and record.get("reason") == "error":
-                self._line(f"training failed: {record.get('error')}")
+            if kind == records.END and record.get(End.REASON) == records.ERROR:
+                self._line(f"training failed: {record.get(End.ERROR)}")
         elif kind == records.EPOCH:
             self._epoch(record)
         elif kind == records.RUN:
-            self._line(f"mindwatch {record['versions'].get('mindwatch')} logging to "
-                       f"{record.get('log_path')}")
+            self._line(f"mindwatch {record[Run.VERSIONS].get(Versions.MINDWATCH)} logging to "
+                       f"{record.get(Run.LOG_PATH)}")
         elif kind == records.END:
-            detail = f": {record['error']}" if record.get("error") else ""
-            self._line(f"training {record['reason']} after {record.get('steps')} steps in "
-                       f"{fmt.duration(record.get('elapsed_s'))}{detail}")
+            detail = f": {record[End.ERROR]}" if record.get(End.ERROR) else ""
+            self._line(f"training {record[End.REASON]} after {record.get(End.STEPS)} steps in "
+                       f"{fmt.duration(record.get(End.ELAPSED_S))}{detail}")
 
     def _step(self, record: Mapping[str, Any]) -> None:
-        step = record["step"]
-        covered = record.get("steps_covered", 1)
+        step = record[Step.STEP]
+        covered = record.get(Step.STEPS_COVERED, 1)
         first = step - covered + 1
         self._last_step = step
-        if record.get("step_time_s") is not None:
-            self._time_per_step = record["step_time_s"]
+        if record.get(Step.STEP_TIME_S) is not None:
+            self._time_per_step = record[Step.STEP_TIME_S]
         if self.verbose and (step // self.print_interval) > ((first - 1) // self.print_interval):
             total = f"/{self.total_steps}" if self.total_steps else ""
             width = len(str(self.total_steps)) if self.total_steps else 6
-            skipped = "  SKIPPED" if record.get("skipped") else ""
+            skipped = "  SKIPPED" if record.get(Step.SKIPPED) else ""
             self._line(
-                f"epoch {record.get('epoch') or '-':>3} step {step:>{width}}{total} | "
-                f"loss {fmt.number(record.get('loss')):>9} "
-                f"(smooth {fmt.number(record.get('loss_smooth')):>9}) | "
-                f"lr {fmt.lr(record.get('lr')):>8} | grad {fmt.number(record.get('grad_norm')):>9} | "
-                f"{fmt.duration(record.get('step_time_s')):>9}/step | "
-                f"{fmt.rate(record.get('samples_per_s'))}{skipped}")
+                f"epoch {record.get(Step.EPOCH) or '-':>3} step {step:>{width}}{total} | "
+                f"loss {fmt.number(record.get(Step.LOSS)):>9} "
+                f"(smooth {fmt.number(record.get(Step.LOSS_SMOOTH)):>9}) | "
+                f"lr {fmt.lr(record.get(Step.LR)):>8} | "
+                f"grad {fmt.number(record.get(Step.GRAD_NORM)):>9} | "
+                f"{fmt.duration(record.get(Step.STEP_TIME_S)):>9}/step | "
+                f"{fmt.rate(record.get(Step.SAMPLES_PER_S))}{skipped}")
         self._draw_bar()
 
     def _epoch(self, record: Mapping[str, Any]) -> None:
-        verdict = record.get("converging")
-        change = record.get("loss_change")
+        verdict = record.get(Epoch.CONVERGING)
+        change = record.get(Epoch.LOSS_CHANGE)
         if verdict is None:
             trend = "first epoch"
         else:
             trend = (f"{change:+.4g} vs previous epoch: "
                      f"{'converging' if verdict else 'NOT converging'}")
-        self._line(f"epoch {record['epoch']} done: mean loss {fmt.number(record.get('loss_mean'))} "
-                   f"over {record.get('steps')} steps ({trend})")
+        self._line(f"epoch {record[Epoch.EPOCH]} done: mean loss "
+                   f"{fmt.number(record.get(Epoch.LOSS_MEAN))} "
+                   f"over {record.get(Epoch.STEPS)} steps ({trend})")
 
     def close(self) -> None:
         if self._bar_shown:

@@ -2,22 +2,39 @@
 construction, naming what to install: a sink the user asked for never disappears silently."""
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Mapping
 
+from ..framework import SinkContext, SinkFactory
 from .base import Sink
 from .jsonl import JsonlSink
 
+# Views that only a framework adapter can write, by the setting that switches each on.
+FRAMEWORK_VIEWS = {
+    "mindinsight": "mindinsight=True writes MindSpore summary files and needs MindSpore: use "
+                   "mindwatch.mindspore.TrainMonitor (pip install mindspore), or leave "
+                   "mindinsight off",
+}
+
+
+def check_framework_views(settings: Any, framework_sinks: Mapping[str, SinkFactory]) -> None:
+    """Raises ValueError for a view that is switched on but no framework can write."""
+    for setting, why in FRAMEWORK_VIEWS.items():
+        if getattr(settings, setting) and setting not in framework_sinks:
+            raise ValueError(why)
+
 
 def open_sinks(settings: Any, *, log_dir: str, log_path: str, rank: int, local_rank: int,
-               console: Sink, summary_event_class: Any = None) -> List[Sink]:
+               console: Sink, framework_sinks: Mapping[str, SinkFactory]) -> List[Sink]:
+    check_framework_views(settings, framework_sinks)
     sinks: List[Sink] = [JsonlSink(log_path), console]
     try:
         if settings.tensorboard:
             from .tensorboard import TensorBoardSink
             sinks.append(TensorBoardSink(log_dir, rank))
-        if settings.mindinsight:
-            from .mindinsight import MindInsightSink
-            sinks.append(MindInsightSink(log_dir, rank, event_class=summary_event_class))
+        context = SinkContext(log_dir=log_dir, rank=rank, local_rank=local_rank)
+        for setting in FRAMEWORK_VIEWS:
+            if getattr(settings, setting):
+                sinks.append(framework_sinks[setting](context))
         if settings.prometheus_port is not None:
             from .prometheus import PrometheusSink
             # One port per process: rank r of a node serves on port + its local rank.

@@ -8,30 +8,34 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .. import records
 from ..anomaly import ANOMALY_KINDS
+from ..numbers import to_number
+from ..records import Anomaly, Common, Device, Hardware, Step, device_label
 from .base import Sink
-from .tensorboard import number
 
 # (record field, metric name, help); units in the names follow Prometheus' naming practice.
 _STEP_GAUGES = (
-    ("loss", "mindwatch_loss", "Loss the train cell returned at the latest step"),
-    ("loss_smooth", "mindwatch_loss_smooth", "Exponential moving average of finite losses"),
-    ("lr", "mindwatch_lr", "Learning rate applied at the latest step (first group)"),
-    ("grad_norm", "mindwatch_grad_norm", "Global L2 norm of the gradients before clipping"),
-    ("step", "mindwatch_step", "Latest global step (1-based)"),
-    ("epoch", "mindwatch_epoch", "Current epoch (1-based)"),
-    ("step_time_s", "mindwatch_step_time_seconds", "Wall time per training step"),
-    ("samples_per_s", "mindwatch_samples_per_second", "Training samples per second on this rank"),
+    (Step.LOSS, "mindwatch_loss", "Loss the train cell returned at the latest step"),
+    (Step.LOSS_SMOOTH, "mindwatch_loss_smooth", "Exponential moving average of finite losses"),
+    (Step.LR, "mindwatch_lr", "Learning rate applied at the latest step (first group)"),
+    (Step.GRAD_NORM, "mindwatch_grad_norm", "Global L2 norm of the gradients before clipping"),
+    (Step.STEP, "mindwatch_step", "Latest global step (1-based)"),
+    (Step.EPOCH, "mindwatch_epoch", "Current epoch (1-based)"),
+    (Step.STEP_TIME_S, "mindwatch_step_time_seconds", "Wall time per training step"),
+    (Step.SAMPLES_PER_S, "mindwatch_samples_per_second",
+     "Training samples per second on this rank"),
 )
 _HOST_GAUGES = (
-    ("cpu_percent", "mindwatch_cpu_percent", "Host CPU utilisation, percent"),
-    ("mem_used_gb", "mindwatch_memory_used_gigabytes", "Host memory in use, GB"),
-    ("rss_gb", "mindwatch_process_resident_memory_gigabytes", "Resident memory of this process, GB"),
+    (Hardware.CPU_PERCENT, "mindwatch_cpu_percent", "Host CPU utilisation, percent"),
+    (Hardware.MEM_USED_GB, "mindwatch_memory_used_gigabytes", "Host memory in use, GB"),
+    (Hardware.RSS_GB, "mindwatch_process_resident_memory_gigabytes",
+     "Resident memory of this process, GB"),
 )
 _DEVICE_GAUGES = (
-    ("util_percent", "mindwatch_device_util_percent", "Accelerator utilisation, percent"),
-    ("mem_used_mb", "mindwatch_device_mem_used_megabytes", "Accelerator memory in use, MB"),
-    ("temp_c", "mindwatch_device_temperature_celsius", "Accelerator temperature, degrees Celsius"),
-    ("power_w", "mindwatch_device_power_watts", "Accelerator power draw, watts"),
+    (Device.UTIL_PERCENT, "mindwatch_device_util_percent", "Accelerator utilisation, percent"),
+    (Device.MEM_USED_MB, "mindwatch_device_mem_used_megabytes", "Accelerator memory in use, MB"),
+    (Device.TEMP_C, "mindwatch_device_temperature_celsius",
+     "Accelerator temperature, degrees Celsius"),
+    (Device.POWER_W, "mindwatch_device_power_watts", "Accelerator power draw, watts"),
 )
 
 
@@ -55,7 +59,8 @@ class PrometheusSink(Sink):
         except ImportError as exc:
             raise ImportError(
                 "the Prometheus sink (prometheus_port=...) needs the prometheus-client package: "
-                "pip install prometheus-client   (or: pip install 'mindwatch[prometheus]')") from exc
+                "pip install prometheus-client   (or: pip install 'mindwatch[prometheus]')"
+            ) from exc
         self.rank = str(rank)
         self.host = host
         self.registry = CollectorRegistry(auto_describe=True)
@@ -90,7 +95,7 @@ class PrometheusSink(Sink):
 
     def _set(self, field: str, value: Any, device: Optional[str] = None) -> None:
         key: Tuple[str, Optional[str]] = (field, device)
-        number_ = number(value)
+        number_ = to_number(value)
         if number_ is None:
             if key not in self._known:
                 return                          # never known: no series at all
@@ -102,7 +107,7 @@ class PrometheusSink(Sink):
             self._device_gauges[field].labels(rank=self.rank, device=device).set(number_)
 
     def write(self, record: Mapping[str, Any]) -> None:
-        kind = record.get("kind")
+        kind = record.get(Common.KIND)
         with self._lock:
             if kind == records.STEP:
                 for field, _, _ in _STEP_GAUGES:
@@ -110,13 +115,13 @@ class PrometheusSink(Sink):
             elif kind == records.HARDWARE:
                 for field, _, _ in _HOST_GAUGES:
                     self._set(field, record.get(field))
-                for device in record.get("devices") or []:
-                    index = device.get("index")
-                    name = f"{device.get('type') or 'device'}{'' if index is None else index}"
+                for device in record.get(Hardware.DEVICES) or []:
+                    name = device_label(device)
                     for field, _, _ in _DEVICE_GAUGES:
                         self._set(field, device.get(field), name)
             elif kind == records.ANOMALY:
-                self.anomalies.labels(rank=self.rank, kind=str(record.get("anomaly"))).inc()
+                self.anomalies.labels(rank=self.rank,
+                                      kind=str(record.get(Anomaly.ANOMALY))).inc()
 
     def close(self) -> None:
         with self._lock:

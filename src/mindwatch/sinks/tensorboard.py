@@ -1,129 +1,34 @@
 """TensorBoard view of the run: scalars and anomaly notes in ``<log_dir>/tensorboard/rank_<R>/``.
 
-The record -> named-scalar mapping (``ScalarView``) lives here and is shared with the
-MindInsight sink, so both dashboards show the same numbers under the same names. Names carry
-their unit where there is one (``time/step_time_s``, ``hardware/mem_used_gb``, ...).
+The scalars and their names come from ``scalars.ScalarView``, shared with the MindInsight
+sink, so both dashboards show the same numbers under the same names.
 """
 from __future__ import annotations
 
-import math
 import os
 import threading
-import time
-from collections import Counter
-from typing import Any, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Mapping
 
 from .. import format as fmt
-from .. import records
+from ..numbers import to_number
+from ..records import Anomaly, Common
 from .base import Sink
-
-# (record field, scalar name) per record kind; a missing or null field is skipped.
-STEP_SCALARS = (
-    ("loss", "train/loss"), ("loss_smooth", "train/loss_smooth"), ("lr", "train/lr"),
-    ("grad_norm", "train/grad_norm"), ("loss_scale", "train/loss_scale"),
-    ("step_time_s", "time/step_time_s"), ("samples_per_s", "time/samples_per_s"),
-)
-EPOCH_SCALARS = (
-    ("loss_mean", "epoch/loss_mean"), ("loss_change", "epoch/loss_change"),
-    ("nonfinite_losses", "epoch/nonfinite_losses"),
-)
-HARDWARE_SCALARS = (
-    ("cpu_percent", "hardware/cpu_percent"), ("mem_used_gb", "hardware/mem_used_gb"),
-    ("mem_available_gb", "hardware/mem_available_gb"), ("rss_gb", "hardware/rss_gb"),
-)
-# Per device, under hardware/<type><index>/ (e.g. hardware/npu0/temp_c).
-DEVICE_FIELDS = ("util_percent", "mem_used_mb", "temp_c", "power_w")
-
-def number(value: Any) -> Optional[float]:
-    """The value as a float (non-finite kept as-is), or None when it is not a number.
-
-    Bools are not numbers here (``skipped`` is mapped explicitly). The run log's strings
-    "NaN"/"Infinity"/"-Infinity" are accepted so that a record read back from a file maps
-    exactly like one fresh from the monitor."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, str):
-        return records.NONFINITE_TEXT.get(value)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-class Point(NamedTuple):
-    step: int                              # global step the values belong to
-    wall_time: float                       # Unix seconds
-    scalars: List[Tuple[str, float]]       # (name, value), non-finite values included
-    anomaly: Optional[Mapping[str, Any]]   # the record itself, for anomaly records
-
-
-class ScalarView:
-    """Turns records into named scalars at a global step. Stateful: records without a step
-    (hardware, epoch) are placed at the latest step seen (0 before the first step), and each
-    anomaly adds ``anomalies/<kind>``, the running count of that kind (unit: anomalies)."""
-
-    def __init__(self) -> None:
-        self.last_step = 0
-        self._anomaly_counts: Counter = Counter()
-
-    def point(self, record: Mapping[str, Any]) -> Optional[Point]:
-        kind = record.get("kind")
-        step = record.get("step")
-        if isinstance(step, int) and not isinstance(step, bool):
-            if kind == records.STEP:
-                self.last_step = max(self.last_step, step)
-        else:
-            step = self.last_step
-        wall = number(record.get("time"))
-        wall = time.time() if wall is None or not math.isfinite(wall) else wall
-        scalars: List[Tuple[str, float]] = []
-        anomaly = None
-        if kind == records.STEP:
-            scalars += self._fields(record, STEP_SCALARS)
-            for group, value in enumerate(record.get("lr_groups") or []):
-                if number(value) is not None:
-                    scalars.append((f"train/lr_group{group}", number(value)))
-            if isinstance(record.get("skipped"), bool):
-                scalars.append(("train/skipped", 1.0 if record["skipped"] else 0.0))
-        elif kind == records.EPOCH:
-            scalars += self._fields(record, EPOCH_SCALARS)
-        elif kind == records.HARDWARE:
-            scalars += self._fields(record, HARDWARE_SCALARS)
-            for device in record.get("devices") or []:
-                index = device.get("index")
-                name = f"{device.get('type') or 'device'}{'' if index is None else index}"
-                scalars += self._fields(device, [(f, f"hardware/{name}/{f}") for f in DEVICE_FIELDS])
-        elif kind == records.ANOMALY:
-            name = str(record.get("anomaly"))
-            self._anomaly_counts[name] += 1
-            scalars.append((f"anomalies/{name}", float(self._anomaly_counts[name])))
-            anomaly = record
-        else:
-            return None                    # run, notice, end: nothing to plot
-        return Point(step, wall, scalars, anomaly)
-
-    @staticmethod
-    def _fields(record: Mapping[str, Any], table) -> List[Tuple[str, float]]:
-        out = []
-        for field, name in table:
-            value = number(record.get(field))
-            if value is not None:
-                out.append((name, value))
-        return out
+from .scalars import ANOMALIES, ScalarView
 
 
 def anomaly_text(record: Mapping[str, Any]) -> str:
     """One Markdown paragraph (TensorBoard renders text summaries as Markdown)."""
-    value, threshold = number(record.get("value")), number(record.get("threshold"))
-    parts = [f"**{record.get('anomaly')}** at step {record.get('step')} "
-             f"(rank {record.get('rank')}): {record.get('message')}"]
+    value = to_number(record.get(Anomaly.VALUE))
+    threshold = to_number(record.get(Anomaly.THRESHOLD))
+    parts = [f"**{record.get(Anomaly.ANOMALY)}** at step {record.get(Anomaly.STEP)} "
+             f"(rank {record.get(Common.RANK)}): {record.get(Anomaly.MESSAGE)}"]
     if value is not None or threshold is not None:
         parts.append(f"value {fmt.number(value)}, threshold {fmt.number(threshold)}")
-    parts.append("actions: " + (", ".join(record.get("actions") or []) or "none"))
-    if record.get("checkpoint"):
-        parts.append(f"checkpoint: `{record['checkpoint']}`")
-    if record.get("report"):
-        parts.append(f"report: `{record['report']}`")
+    parts.append("actions: " + (", ".join(record.get(Anomaly.ACTIONS) or []) or "none"))
+    if record.get(Anomaly.CHECKPOINT):
+        parts.append(f"checkpoint: `{record[Anomaly.CHECKPOINT]}`")
+    if record.get(Anomaly.REPORT):
+        parts.append(f"report: `{record[Anomaly.REPORT]}`")
     return " — ".join(parts)
 
 
@@ -175,7 +80,7 @@ class TensorBoardSink(Sink):
                 self._writer.file_writer.add_summary(self._summary(value=values),
                                                      point.step, point.wall_time)
             if point.anomaly is not None:
-                self._writer.add_text("anomalies", anomaly_text(point.anomaly),
+                self._writer.add_text(ANOMALIES, anomaly_text(point.anomaly),
                                       global_step=point.step, walltime=point.wall_time)
 
     def flush(self) -> None:

@@ -31,7 +31,8 @@ def run_demo(*, out: Optional[str] = None, steps: int = 300, inject: Optional[In
              seed: int = 0, stream: Optional[TextIO] = None, print_interval: int = 25,
              **settings) -> DemoResult:
     run_dir = out or default_run_dir()
-    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    ms.set_device("CPU")                 # set_context(device_target=...) is deprecated
+    ms.set_context(mode=ms.GRAPH_MODE)
     loss_box, schedule_box = [], []
 
     def wrap_loss(cell):

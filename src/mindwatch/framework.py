@@ -1,0 +1,65 @@
+"""What the framework-free core needs from a training framework, handed in at construction.
+
+An adapter (``mindwatch.mindspore``) builds one ``FrameworkHooks`` and gives it to
+``Monitor(..., framework=hooks)``; the core calls the hooks and never reaches into the
+framework itself. A custom loop without a framework passes none: anomalies are still
+detected, logged and reported, but no checkpoint can be written.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Mapping, Optional
+
+from .sinks.base import Sink
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkContext:
+    """Where a framework-provided sink writes: the run directory and this process's rank."""
+
+    log_dir: str
+    rank: int
+    local_rank: int
+
+
+SinkFactory = Callable[[SinkContext], Sink]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkHooks:
+    """The framework's side of the monitor; every hook is optional.
+
+    - ``versions``: package versions for the ``run`` record (e.g. ``{"mindspore": "2.10.0"}``).
+    - ``save_checkpoint(step) -> path or None``: writes the weights (and optimizer state) of
+      the last completed step into the run directory, atomically; called on the training
+      thread at that step's end when a policy asks for a checkpoint.
+    - ``resume_hint(checkpoint_path) -> str``: code that resumes from that checkpoint, for
+      the anomaly report.
+    - ``notes() -> list of str``: facts about how training is set up that every anomaly
+      report should state (asked at report time, so they may change after construction).
+    - ``memory_reader() -> dict``: the framework's device-memory accounting, sampled on the
+      hardware thread (plain numbers; must not raise, or it is reported once and retried).
+    - ``sinks``: views only the framework can write, keyed by the boolean setting that
+      switches each on (``{"mindinsight": factory}``); opened with every run segment.
+    """
+
+    versions: Mapping[str, Optional[str]] = field(default_factory=dict)
+    save_checkpoint: Optional[Callable[[int], Optional[str]]] = None
+    resume_hint: Optional[Callable[[str], str]] = None
+    notes: Optional[Callable[[], List[str]]] = None
+    memory_reader: Optional[Callable[[], Mapping[str, Any]]] = None
+    sinks: Mapping[str, SinkFactory] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("save_checkpoint", "resume_hint", "notes", "memory_reader"):
+            hook = getattr(self, name)
+            if hook is not None and not callable(hook):
+                raise TypeError(f"FrameworkHooks.{name} must be callable or None; got "
+                                f"{type(hook).__name__}")
+        for setting, factory in self.sinks.items():
+            if not callable(factory):
+                raise TypeError(f"FrameworkHooks.sinks[{setting!r}] must be callable "
+                                f"(SinkContext -> Sink); got {type(factory).__name__}")
+
+    def report_notes(self) -> List[str]:
+        return list(self.notes()) if self.notes is not None else []

@@ -1,0 +1,50 @@
+"""The spread of a value across ranks: its min, median and max, finite values only (a NaN on
+one rank is an anomaly of that rank, not a point of the spread)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import TypeGuard, cast
+
+STATS = ("min", "median", "max")
+
+
+def _median_of_sorted(row: Sequence[float]) -> float:
+    middle = len(row) // 2
+    return row[middle] if len(row) % 2 else (row[middle - 1] + row[middle]) / 2
+
+
+def _finite(value: float | None) -> TypeGuard[float]:
+    return value is not None and math.isfinite(value)
+
+
+def min_median_max(values: Iterable[float | None]) -> dict[str, float] | None:
+    """``{"min", "median", "max"}`` of the finite values; None when there is none."""
+    row = sorted(v for v in values if _finite(v))
+    return dict(zip(STATS, _stats(row), strict=True)) if row else None
+
+
+def _stats(row: Sequence[float]) -> tuple[float, float, float]:
+    return row[0], _median_of_sorted(row), row[-1]
+
+
+def per_step(steps: Sequence[Sequence[float]], values: Sequence[Sequence[float | None]]
+             ) -> tuple[list[float], dict[str, list[float]]]:
+    """Each step's spread across ranks: ``steps[r]``/``values[r]`` are rank r's columns.
+    Returns the steps (ascending) and ``{stat: one value per step}``."""
+    first = steps[0]
+    if all(column == first for column in steps) and all(
+            None not in column and math.isfinite(sum(cast("Sequence[float]", column)))
+            for column in values):
+        # Usual case, same steps everywhere and all finite: whole columns through C builtins.
+        at, rows = list(first), list(map(sorted, zip(*values, strict=True)))
+    else:
+        by_step: dict[float, list[float]] = {}
+        for rank_steps, rank_values in zip(steps, values, strict=True):
+            for step, value in zip(rank_steps, rank_values, strict=True):
+                if _finite(value):
+                    by_step.setdefault(step, []).append(value)
+        at = sorted(by_step)
+        rows = [sorted(by_step[step]) for step in at]
+    columns = list(zip(*map(_stats, rows), strict=True)) if rows else [(), (), ()]
+    return at, {stat: list(column) for stat, column in zip(STATS, columns, strict=True)}

@@ -1,0 +1,43 @@
+"""One run segment's state: what ``Monitor.start`` replaces when a new segment begins.
+
+A segment is one ``model.train`` call (or one custom loop from construction to ``close``).
+Its stop request, anomalies, step counter and timers belong to it alone, so a second
+``model.train`` after a stop starts clean. What spans segments on purpose (detector windows,
+the smoothed loss, the responder's recent history) lives in the monitor.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .anomaly import PEER_STOP, Anomaly
+from .records import StoppedBy
+
+
+@dataclass
+class RunSegment:
+    start_perf: float                       # monotonic seconds when the segment's timing began
+    last_perf: float                        # monotonic seconds at the latest step end
+    started: bool = False                   # the ``run`` record is written
+    closed: bool = False                    # the ``end`` record is written, sinks closed
+    last_step: int = 0                      # global step of the latest observation
+    stop_requested: Optional[Anomaly] = None  # the first anomaly (or request) that stops it
+    anomalies: List[Anomaly] = field(default_factory=list)
+    # Hardware findings from the sampler thread, acted on by the training thread.
+    pending: List[Anomaly] = field(default_factory=list)
+
+    @classmethod
+    def begin(cls, now: float) -> "RunSegment":
+        return cls(start_perf=now, last_perf=now)
+
+    def stopped_by(self, own_rank: int) -> Optional[Dict[str, Any]]:
+        """What stopped this segment, for the ``end`` record: the anomaly kind, the step and
+        the rank where it was found (another rank's, for a ``peer_stop``)."""
+        stop = self.stop_requested
+        if stop is None:
+            return None
+        if stop.kind == PEER_STOP and stop.origin is not None:
+            rank, kind = stop.origin
+            return {StoppedBy.ANOMALY: kind, StoppedBy.STEP: stop.step, StoppedBy.RANK: rank}
+        return {StoppedBy.ANOMALY: stop.kind, StoppedBy.STEP: stop.step,
+                StoppedBy.RANK: own_rank}

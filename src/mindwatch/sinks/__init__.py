@@ -1,0 +1,1 @@
+"""Sinks: views of the run that receive every record (``write``) and decide nothing."""
