@@ -36,12 +36,12 @@ import mindspore as ms
 import numpy as np
 from mindspore import dataset as ds
 from mindspore import nn
+from mindspore.train import Callback
 
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.mindspore.demo.inject import InjectableLoss, InjectableSchedule
 from mindwatch.mindspore.demo.model import build_demo
 from mindwatch.runlog import read_rank_log
-from mindspore.train import Callback
 
 FAULT_STEP = 100
 HORIZON = 80          # slow divergence needs ~40 steps to show in the loss

@@ -82,11 +82,12 @@ def mindspore_monitors(steps, workdir, devnull):
     return model, dataset, [LossMonitor(per_print_times=10), TimeMonitor()]
 
 
-def mindwatch(wrap=True, hardware_interval_s=None, **wrap_options):
+def mindwatch(wrap=True, hardware_interval_s=None, settings=None, **wrap_options):
     def make(steps, workdir, devnull):
         net, optimizer, dataset = build_demo(seed=0, steps=steps, **MODEL)
         run_dir = tempfile.mkdtemp(dir=workdir)
-        monitor = TrainMonitor(run_dir, stream=devnull, hardware_interval_s=hardware_interval_s)
+        monitor = TrainMonitor(run_dir, stream=devnull, hardware_interval_s=hardware_interval_s,
+                               **(settings or {}))
         step = (monitor.wrap(net, optimizer, **wrap_options) if wrap
                 else nn.TrainOneStepCell(net, optimizer))
         return ms.train.Model(step), dataset, [monitor]
@@ -102,6 +103,9 @@ CONFIGS = [
     ("TrainMonitor+wrap, no skipping", mindwatch(skip_anomalous_updates=False)),
     ("TrainMonitor+wrap, hardware every 2 s", mindwatch(hardware_interval_s=2.0)),
     ("TrainMonitor+wrap, hardware every 0.5 s", mindwatch(hardware_interval_s=0.5)),
+    # Every view and measurement on: per-layer norms, TensorBoard, MindInsight, Prometheus.
+    ("everything on", mindwatch(hardware_interval_s=2.0, per_layer_norms=True, settings=dict(
+        tensorboard=True, mindinsight=True, prometheus_port=0))),
 ]
 SAMPLER_BASE = "TrainMonitor+wrap"    # the sampler configurations are also compared to this
 # The skipping step is also compared to the bare step with the same in-graph `if`: what is
@@ -147,56 +151,61 @@ def main(argv=None) -> int:
                         "contains this text (the bare baseline always runs), e.g. 'wrap'")
     args = parser.parse_args(argv)
     MODEL.update(d_model=args.d_model, n_layers=args.layers, n_heads=4, d_ff=2 * args.d_model)
-    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    ms.set_device("CPU")
+    ms.set_context(mode=ms.GRAPH_MODE)
     workdir = tempfile.mkdtemp(prefix="mindwatch-bench-")
-    devnull = open(os.devnull, "w")
-    configs = []
-    real_stdout = sys.stdout
-    chosen = [(name, make) for index, (name, make) in enumerate(CONFIGS)
-              if index == 0 or args.only is None or args.only in name]
-    for name, make in chosen:
-        model, dataset, callbacks = make(args.steps_per_chunk, workdir, devnull)
-        sys.stdout = devnull                      # LossMonitor prints; printing is not measured
-        try:
-            model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)   # compile
-        finally:
-            sys.stdout = real_stdout
-        clock = StepClock()
-        configs.append((name, model, dataset, [clock] + callbacks, clock))
-    per_chunk = {name: [] for name, *_ in configs}      # median interval of each chunk
-    for chunk in range(args.chunks):
-        shift = chunk % len(configs)
-        for name, model, dataset, callbacks, clock in configs[shift:] + configs[:shift]:
-            sys.stdout = devnull
+    # Open for the whole measurement: the monitors and sys.stdout write to it while training.
+    with open(os.devnull, "w") as devnull:
+        configs = []
+        real_stdout = sys.stdout
+        chosen = [(name, make) for index, (name, make) in enumerate(CONFIGS)
+                  if index == 0 or args.only is None or args.only in name]
+        for name, make in chosen:
+            model, dataset, callbacks = make(args.steps_per_chunk, workdir, devnull)
+            sys.stdout = devnull                      # LossMonitor prints; printing is not measured
             try:
-                clock.intervals.clear()
-                model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)
-                per_chunk[name].append(statistics.median(clock.intervals))
+                model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)   # compile
             finally:
                 sys.stdout = real_stdout
-    base_name = configs[0][0]
-    print(f"demo TinyGPT d_model={args.d_model} layers={args.layers}, GRAPH_MODE CPU, "
-          f"{args.chunks} interleaved chunks x "
-          f"{args.steps_per_chunk} steps")
-    print("ms/step: median over chunks of each chunk's median step-to-step time; ratio: median")
-    print("over chunks of (this chunk / the bare chunk of the same round), so drift cancels")
-    print(f"{'configuration':<42}{'ms/step':>9}{'ratio':>8}{'vs no sampler':>15}"
-          f"{'vs if-step':>12}")
-    for name, *_ in configs:
-        ratios = [mine / bare for mine, bare in zip(per_chunk[name], per_chunk[base_name])]
-        line = (f"{name:<42}{statistics.median(per_chunk[name]) * 1000:>9.2f}"
-                f"{statistics.median(ratios):>8.3f}")
-        if "hardware" in name and SAMPLER_BASE in per_chunk:
-            own = [mine / base for mine, base in zip(per_chunk[name], per_chunk[SAMPLER_BASE])]
-            line += f"{statistics.median(own):>15.3f}"
-        if name == IF_COMPARED and IF_BASE in per_chunk:
-            own = [mine / base for mine, base in zip(per_chunk[name], per_chunk[IF_BASE])]
-            line += f"{'':>15}{statistics.median(own):>12.3f}"
-        print(line)
-    print("\ncost of one sample() per probe (on the sampler thread, never on the step):")
-    for name, seconds in probe_costs().items():
-        print(f"  {name:<46}{seconds * 1e3:>8.3f} ms")
-    return 0
+            clock = StepClock()
+            configs.append((name, model, dataset, [clock, *callbacks], clock))
+        per_chunk = {name: [] for name, *_ in configs}      # median interval of each chunk
+        for chunk in range(args.chunks):
+            shift = chunk % len(configs)
+            for name, model, dataset, callbacks, clock in configs[shift:] + configs[:shift]:
+                sys.stdout = devnull
+                try:
+                    clock.intervals.clear()
+                    model.train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)
+                    per_chunk[name].append(statistics.median(clock.intervals))
+                finally:
+                    sys.stdout = real_stdout
+        base_name = configs[0][0]
+        print(f"demo TinyGPT d_model={args.d_model} layers={args.layers}, GRAPH_MODE CPU, "
+              f"{args.chunks} interleaved chunks x "
+              f"{args.steps_per_chunk} steps")
+        print("ms/step: median over chunks of each chunk's median step-to-step time; ratio: median")
+        print("over chunks of (this chunk / the bare chunk of the same round), so drift cancels")
+        print(f"{'configuration':<42}{'ms/step':>9}{'ratio':>8}{'vs no sampler':>15}"
+              f"{'vs if-step':>12}")
+        for name, *_ in configs:
+            ratios = [mine / bare for mine, bare
+                      in zip(per_chunk[name], per_chunk[base_name], strict=True)]
+            line = (f"{name:<42}{statistics.median(per_chunk[name]) * 1000:>9.2f}"
+                    f"{statistics.median(ratios):>8.3f}")
+            if "hardware" in name and SAMPLER_BASE in per_chunk:
+                own = [mine / base for mine, base
+                       in zip(per_chunk[name], per_chunk[SAMPLER_BASE], strict=True)]
+                line += f"{statistics.median(own):>15.3f}"
+            if name == IF_COMPARED and IF_BASE in per_chunk:
+                own = [mine / base for mine, base
+                       in zip(per_chunk[name], per_chunk[IF_BASE], strict=True)]
+                line += f"{'':>15}{statistics.median(own):>12.3f}"
+            print(line)
+        print("\ncost of one sample() per probe (on the sampler thread, never on the step):")
+        for name, seconds in probe_costs().items():
+            print(f"  {name:<46}{seconds * 1e3:>8.3f} ms")
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 import builtins
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +93,41 @@ def graph_mode():
 @pytest.fixture
 def pynative_mode():
     yield from _in_mode("PYNATIVE_MODE")
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real 256 KiB tmpfs mounted for this test (CI runs as root), to fill up for real."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
+                             str(mount_point)], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+# Tests marked fresh_process run in a child pytest of their own. MindSpore's SummaryRecord
+# forks a writer process; forked from a pytest process that other tests left with threads
+# (samplers, HTTP servers, MindSpore's own), the child can deadlock on a lock one of them
+# held at the fork (seen: a 300 s hang). A fresh interpreter has no such threads.
+_CHILD = "MINDWATCH_TEST_IN_FRESH_PROCESS"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if pyfuncitem.get_closest_marker("fresh_process") is None or os.environ.get(_CHILD):
+        return None
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", pyfuncitem.nodeid],
+        cwd=pyfuncitem.config.rootpath, env={**os.environ, _CHILD: "1"},
+        capture_output=True, text=True, timeout=240)
+    if result.returncode != 0:
+        pytest.fail(f"failed in a fresh process:\n{result.stdout[-4000:]}\n"
+                    f"{result.stderr[-2000:]}", pytrace=False)
+    return True

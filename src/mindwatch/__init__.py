@@ -6,7 +6,8 @@ from .anomaly import ANOMALY_KINDS, Anomaly
 from .framework import FrameworkHooks, SinkContext
 from .monitor import Monitor
 from .settings import MonitorSettings
+from .sinks.sink_set import SinkError
 from .version import __version__
 
 __all__ = ["ANOMALY_KINDS", "Anomaly", "FrameworkHooks", "Monitor", "MonitorSettings",
-           "SinkContext", "__version__"]
+           "SinkContext", "SinkError", "__version__"]

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
 
 LOSS_NONFINITE = "loss_nonfinite"
 GRADIENT_NONFINITE = "gradient_nonfinite"
@@ -23,21 +22,28 @@ ANOMALY_KINDS = (
     GRAD_SPIKE, LOSS_RISING, LR_ANOMALY, OVERHEAT, MEMORY_PRESSURE, STRAGGLER, PEER_STOP,
 )
 
+# Reasons to stop that are not anomalies: no anomaly record, the end record says why.
+USER_STOP = "user_request"      # a callback or the user called request_stop()
+SIGNAL_STOP = "signal"          # SIGTERM or SIGINT during training (on_signal)
+SINK_ERROR = "sink_error"       # a sink failed under on_sink_error="raise"
+STOP_REQUESTS = (USER_STOP, SIGNAL_STOP, SINK_ERROR)
+
 
 @dataclass
 class Anomaly:
-    """One finding. ``actions`` is filled in by the policy, ``checkpoint``/``report`` once written."""
+    """One finding. ``actions`` is filled in by the policy, ``checkpoint``/``report`` once
+    written."""
 
     kind: str
-    step: Optional[int]
-    value: Optional[float]
-    threshold: Optional[float]
+    step: int | None
+    value: float | None
+    threshold: float | None
     message: str
-    actions: List[str] = field(default_factory=list)
-    checkpoint: Optional[str] = None
-    report: Optional[str] = None
+    actions: list[str] = field(default_factory=list)
+    checkpoint: str | None = None
+    report: str | None = None
     # For peer_stop: (rank, anomaly kind) of the rank whose anomaly stopped the run.
-    origin: Optional[Tuple[int, str]] = None
+    origin: tuple[int, str] | None = None
 
     @property
     def stops(self) -> bool:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from . import format as fmt
 from . import records
@@ -20,14 +21,14 @@ NOTES, RESUME, HARDWARE, TOP_LAYERS, HISTORY = (
     "notes", "resume", records.HARDWARE, "top_layers", "history")
 
 
-def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: List[Mapping[str, Any]],
-                 hardware: Optional[Mapping[str, Any]], notes: List[str],
-                 resume_snippet: Optional[str], top_layers: Optional[List[list]] = None) -> str:
+def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: list[Mapping[str, Any]],
+                 hardware: Mapping[str, Any] | None, notes: list[str],
+                 resume_snippet: str | None, top_layers: list[list] | None = None) -> str:
     """Write both files; returns the JSON path. ``history`` is the last step records."""
     stem = anomaly_report_stem(log_dir, anomaly.step or 0, rank)
     os.makedirs(os.path.dirname(stem), exist_ok=True)
     steps = [{name: r.get(name) for name in HISTORY_FIELDS} for r in history[-HISTORY_STEPS:]]
-    body: Dict[str, Any] = {
+    body: dict[str, Any] = {
         Record.ANOMALY: anomaly.kind, Record.STEP: anomaly.step, Common.RANK: rank,
         Record.VALUE: anomaly.value, Record.THRESHOLD: anomaly.threshold,
         Record.MESSAGE: anomaly.message, Record.ACTIONS: anomaly.actions,

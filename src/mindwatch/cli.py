@@ -1,17 +1,29 @@
 """The ``mindwatch`` command. Errors are one readable line on stderr, never a traceback.
 
 Commands: ``demo``, ``summary``, ``report``, ``watch`` (see docs/cli.md). Each handler takes
-the parsed arguments and returns the exit code; a problem the user can fix is raised as
-``CliError`` (message and exit code), which ``main`` prints as ``mindwatch <command>: <message>``.
+the parsed arguments, checks every option before doing any work (``demo`` before importing
+MindSpore), and returns the exit code; a problem the user can fix is raised as ``CliError``
+(message and exit code), which ``main`` prints as ``mindwatch <command>: <message>``.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import sys
+from typing import NoReturn
 
 EXIT_UNREADABLE = 2
+# mindwatch.mindspore.demo.inject.KINDS, which cannot be imported without MindSpore.
+INJECT_KINDS = ("explode", "nan", "diverge", "vanish")
+# Bounds that keep a typo from becoming hours of work or gigabytes of memory: the demo draws
+# all its data up front (16 x 48 tokens a step), MindSpore seeds are 32-bit.
+MAX_DEMO_STEPS = 100_000
+MAX_SEED = 2**32 - 1
+MAX_POINTS = 1_000_000
+MAX_REFRESH_S = 3600
+MAX_WAIT_S = 86400
 
 
 class CliError(Exception):
@@ -22,50 +34,111 @@ class CliError(Exception):
         self.code = code
 
 
+def _one_line(text: str) -> str:
+    """Control characters (a newline in a path) escaped, so an error stays one line."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse prints the usage too; one line is what every other error promises.
+        self.exit(EXIT_UNREADABLE, f"{self.prog}: {_one_line(message)} "
+                                   f"(see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mindwatch", description="Watch training runs.")
+    parser = _Parser(prog="mindwatch", description="Watch training runs.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", help="train a small Transformer LM under full monitoring")
     demo.add_argument("--out", help="run directory (default: runs/demo-<time>)")
-    demo.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
+    demo.add_argument("--steps", type=int, default=300,
+                      help=f"training steps, 1 to {MAX_DEMO_STEPS} (default 300)")
     demo.add_argument("--inject", metavar="KIND@STEP",
                       help="provoke a fault: explode, nan, diverge or vanish, at STEP")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=int, default=0, help=f"0 to {MAX_SEED} (default 0)")
 
-    summary = commands.add_parser("summary", help="verdict of a run; exit 0 healthy, 1 anomalies, "
-                                  "2 unreadable")
-    summary.add_argument("run_dir")
+    summary = commands.add_parser("summary", help="verdict of a run; exit 0 healthy, 1 anything "
+                                  "else, 2 unreadable")
+    summary.add_argument("run_dir", metavar="RUN_DIR")
     summary.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     report = commands.add_parser("report", help="one self-contained HTML file with every curve "
                                  "and anomaly of a run")
-    report.add_argument("run_dir")
+    report.add_argument("run_dir", metavar="RUN_DIR")
     report.add_argument("-o", "--output", metavar="FILE",
                         help="where to write the HTML (default: RUN_DIR/report.html)")
     report.add_argument("--png", metavar="DIR", help="also write the main panels as PNG images")
     report.add_argument("--max-points", type=int, default=2000, metavar="N",
-                        help="points kept per curve; spikes and anomalies are always kept "
-                        "(default 2000)")
+                        help=f"points kept per curve, 10 to {MAX_POINTS}; spikes and anomalies "
+                        "are always kept (default 2000)")
 
     watch = commands.add_parser("watch", help="a live terminal view that follows the run logs")
-    watch.add_argument("run_dir")
+    watch.add_argument("run_dir", metavar="RUN_DIR")
     watch.add_argument("--refresh", type=float, default=0.5, metavar="S",
                        help="seconds between updates (default 0.5)")
+    watch.add_argument("--wait", type=float, default=0.0, metavar="S",
+                       help="seconds to wait for the run logs to appear (default 0: exit 2 "
+                       "at once when there are none)")
     return parser
+
+
+def _in_range(option: str, value: float, low: float, high: float, unit: str = "") -> None:
+    if not low <= value <= high:            # NaN fails both comparisons
+        raise CliError(f"{option} must be at least {low} and at most {high}{unit}; got {value}")
+
+
+def _stat(option: str, path: str) -> os.stat_result | None:
+    """``os.stat(path)``, None when nothing is there; other failures are the option's error."""
+    if not path or "\0" in path:
+        raise CliError(f"{option} must be a path; got {path!r}")
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:                  # a name too long, a file used as a directory
+        raise CliError(f"{option} {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:               # a name the file system cannot encode
+        raise CliError(f"{option} {path!r}: not a valid path ({exc})") from exc
+
+
+def _creatable(option: str, path: str) -> None:
+    """``path`` does not exist; its nearest existing ancestor must be a directory."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while _stat(option, parent) is None:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise CliError(f"{option} {path}: cannot be created, {parent} is not a directory")
+
+
+def _existing_dir(option: str, path: str) -> None:
+    found = _stat(option, path)
+    if found is None:
+        raise CliError(f"{option} {path}: no such run directory")
+    if not os.path.isdir(path):
+        raise CliError(f"{option} {path}: not a directory")
+
+
+def _new_dir(option: str, path: str) -> None:
+    """A directory that exists or can be made."""
+    if _stat(option, path) is None:
+        _creatable(option, path)
+    elif not os.path.isdir(path):
+        raise CliError(f"{option} {path}: exists and is not a directory")
 
 
 def _summary(args: argparse.Namespace) -> int:
     """``mindwatch summary RUN_DIR [--json]``: the verdict of a run, on stdout.
 
-    Reads every ``rank_<R>.jsonl`` of ``args.run_dir`` and prints, per rank, the steps, how the
-    run ended, first loss and last smoothed loss, withheld updates and each anomaly (``--json``:
-    the same as one JSON object, with ``exit_code``). Returns 0 when healthy (no anomaly
-    record and no rank ended with ``error``), 1 otherwise. Raises ``CliError`` (exit 2) when the
-    directory or a log cannot be read.
+    Reads every ``rank_<R>.jsonl`` of ``args.run_dir`` and prints the verdict, then per rank
+    the steps, how the run ended, first loss and last smoothed loss, withheld updates, lines
+    that could not be read, and each anomaly (``--json``: the same as one JSON object, with
+    ``exit_code``). Returns 0 when healthy (every rank ended ``completed``, no anomaly), 1
+    otherwise. Raises ``CliError`` (exit 2) when the directory or a log cannot be read.
 
     Example: ``mindwatch summary runs/exp1 --json``
     """
+    _existing_dir("RUN_DIR", args.run_dir)
     from .report.summary import render_text, summarize
     from .runlog import RunLogError, read_run
     try:
@@ -82,17 +155,30 @@ def _report(args: argparse.Namespace) -> int:
     Writes a self-contained HTML page (every curve of every rank, anomalies marked and listed;
     opens offline) to ``args.output`` (default ``RUN_DIR/report.html``) and prints its path;
     with ``--png DIR`` also the main panels as PNG images (needs Pillow), one path per line.
-    Returns 0. Raises ``CliError`` (exit 2) for ``--max-points`` below 10, an unreadable run
-    directory, an unwritable output, or ``--png`` without Pillow.
+    Returns 0. Raises ``CliError`` (exit 2) for a bad option, an unreadable run directory, an
+    unwritable output, or ``--png`` without Pillow.
 
     Example: ``mindwatch report runs/exp1 -o exp1.html --png runs/exp1/png``
     """
+    _in_range("--max-points", args.max_points, 10, MAX_POINTS)
+    _existing_dir("RUN_DIR", args.run_dir)
+    output = os.path.join(args.run_dir, "report.html") if args.output is None else args.output
+    if _stat("-o/--output", output) is None:
+        if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+            raise CliError(f"-o/--output {output}: cannot write there, its directory does not "
+                           "exist")
+    elif os.path.isdir(output):
+        raise CliError(f"-o/--output {output}: is a directory")
+    if args.png is not None:
+        _new_dir("--png", args.png)
+        try:
+            import PIL.Image  # noqa: F401
+        except ImportError as exc:
+            raise CliError(f"--png needs Pillow ({exc}); pip install 'mindwatch[report]' "
+                           "(or: pip install pillow)") from exc
     from .report.html import write_html
     from .report.png import write_pngs
     from .runlog import RunLogError, read_run
-    if args.max_points < 10:
-        raise CliError(f"--max-points must be at least 10; got {args.max_points}")
-    output = args.output or os.path.join(args.run_dir, "report.html")
     try:
         run = read_run(args.run_dir)
     except RunLogError as exc:
@@ -100,42 +186,57 @@ def _report(args: argparse.Namespace) -> int:
     try:
         write_html(run, output, max_points=args.max_points)
     except OSError as exc:
-        raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
+        raise CliError(f"-o/--output: cannot write {output}: {exc.strerror or exc}") from exc
     print(output)
-    if args.png:
+    if args.png is not None:
         try:
             paths = write_pngs(run, args.png)
-        except ImportError as exc:
-            raise CliError(f"--png needs Pillow ({exc}); pip install 'mindwatch[report]' "
-                           "(or: pip install pillow)") from exc
         except OSError as exc:
-            raise CliError(f"cannot write PNGs to {args.png}: {exc.strerror or exc}") from exc
+            raise CliError(f"--png: cannot write PNGs to {args.png}: {exc.strerror or exc}"
+                           ) from exc
         print("\n".join(paths))
     return 0
 
 
 def _watch(args: argparse.Namespace) -> int:
-    """``mindwatch watch RUN_DIR [--refresh S]``: a live terminal view of a run.
+    """``mindwatch watch RUN_DIR [--refresh S] [--wait S]``: a live terminal view of a run.
 
-    Follows every ``rank_<R>.jsonl`` of ``args.run_dir`` as it grows (waiting for the
-    directory and the logs to appear), redrawing every ``--refresh`` seconds. Returns 0 once
-    every rank has written its ``end`` record, 130 on Ctrl-C; the last view stays on screen.
-    Raises ``CliError`` (exit 2) for ``--refresh`` <= 0, a missing ``rich`` package, or a log
-    line that is not a run-log record.
+    Follows every ``rank_<R>.jsonl`` of ``args.run_dir`` as it grows, redrawing every
+    ``--refresh`` seconds. Returns 0 once every rank has written its ``end`` record, 130 on
+    Ctrl-C; the last view stays on screen. Raises ``CliError`` (exit 2) for a bad option,
+    a missing ``rich`` package, a file that is not a run log, or no run log in ``RUN_DIR``
+    within ``--wait`` seconds (default 0: at once).
 
     Example: ``mindwatch watch runs/exp1 --refresh 2``
     """
-    if not args.refresh > 0:
-        raise CliError(f"--refresh must be > 0 seconds; got {args.refresh}")
+    if not 0 < args.refresh <= MAX_REFRESH_S:
+        raise CliError(f"--refresh must be > 0 and <= {MAX_REFRESH_S} seconds; "
+                       f"got {args.refresh}")
+    _in_range("--wait", args.wait, 0, MAX_WAIT_S, " seconds")
+    if _stat("RUN_DIR", args.run_dir) is not None and not os.path.isdir(args.run_dir):
+        raise CliError(f"RUN_DIR {args.run_dir}: not a directory")
     try:
-        from .report.watch import watch
+        from .report.watch import NoRunLogs, watch
     except ImportError as exc:
         raise CliError(f"watch needs rich ({exc}); pip install 'rich>=13'") from exc
     from .runlog import RunLogError
     try:
-        return watch(args.run_dir, refresh_s=args.refresh)
+        return watch(args.run_dir, refresh_s=args.refresh, wait_s=args.wait)
+    except NoRunLogs as exc:
+        raise CliError(f"RUN_DIR {exc}") from exc
     except RunLogError as exc:
         raise CliError(str(exc)) from exc
+
+
+def _inject_step(text: str, steps: int) -> None:
+    kind, sep, step = text.partition("@")
+    if not sep or kind not in INJECT_KINDS or not (step.isascii() and step.isdigit()) \
+            or int(step) < 1:
+        raise CliError(f"--inject must be KIND@STEP with KIND one of {', '.join(INJECT_KINDS)}"
+                       f" and STEP a positive step number, e.g. explode@50; got {text!r}")
+    if int(step) > steps:
+        raise CliError(f"--inject step {int(step)} is beyond --steps {steps}: the fault would "
+                       "never happen")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -144,28 +245,42 @@ def _demo(args: argparse.Namespace) -> int:
     Trains a small Transformer language model on the CPU (GRAPH_MODE) for one epoch of
     ``--steps`` steps under ``TrainMonitor`` with ``wrap(per_layer_norms=True)``, then writes
     ``report.html`` into the run directory and prints both paths. ``--inject`` provokes a fault
-    (``explode``, ``nan``, ``diverge`` or ``vanish``) at that step. Returns 0 whether or not
-    anomalies were found (``mindwatch summary`` gives the verdict). Raises ``CliError`` (exit 2)
-    for ``--steps`` < 1, a malformed ``--inject`` or a missing MindSpore.
+    (``explode``, ``nan``, ``diverge`` or ``vanish``) at that step. Returns 0 once training
+    succeeded, anomalies or not (``mindwatch summary`` gives the verdict), even when the report
+    cannot be written (that is said in one line on stderr). Raises ``CliError`` (exit 2) for a
+    bad option (checked before MindSpore is imported) or a missing MindSpore.
 
     Example: ``mindwatch demo --steps 200 --inject explode@50``
     """
-    if args.steps < 1:
-        raise CliError(f"--steps must be at least 1; got {args.steps}")
+    _in_range("--steps", args.steps, 1, MAX_DEMO_STEPS)
+    _in_range("--seed", args.seed, 0, MAX_SEED)
+    if args.inject is not None:
+        _inject_step(args.inject, args.steps)
+    if args.out is not None:
+        _new_dir("--out", args.out)
+        log = os.path.join(args.out, "rank_0.jsonl")
+        if os.path.isfile(log) and os.path.getsize(log) > 0:
+            raise CliError(f"--out {args.out}: already holds a run log; choose a new directory")
     try:
         from .mindspore.demo.run import parse_inject, run_demo
     except ImportError as exc:
         raise CliError(f"the demo needs MindSpore ({exc}); pip install 'mindspore==2.10.0' "
                        "'numpy<2'") from exc
-    try:
-        inject = parse_inject(args.inject) if args.inject else None
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
+    inject = parse_inject(args.inject) if args.inject else None
     result = run_demo(out=args.out, steps=args.steps, inject=inject, seed=args.seed)
     print(f"run directory: {result.run_dir}")
     from .report.html import write_html
-    from .runlog import read_run
-    report = write_html(read_run(result.run_dir), os.path.join(result.run_dir, "report.html"))
+    from .runlog import RunLogError, read_run
+    report = os.path.join(result.run_dir, "report.html")
+    try:
+        write_html(read_run(result.run_dir), report)
+    except (OSError, RunLogError) as exc:
+        # Training succeeded: its log, checkpoints and anomaly reports are there. The page
+        # can be made later with `mindwatch report`, so this is no failure of the demo.
+        why = f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+        print(_one_line(f"mindwatch demo: training finished, but the report could not be "
+                        f"written to {report}: {why}"), file=sys.stderr)
+        return 0
     print(f"report: {report}")
     return 0
 
@@ -173,11 +288,12 @@ def _demo(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``mindwatch`` command line with ``argv`` (default ``sys.argv[1:]``).
 
-    Returns the command's exit code: ``summary`` 0 healthy, 1 anomalies, 2 unreadable input;
-    ``report`` and ``demo`` 0; ``watch`` 0 once every rank ended. Any error is one line on
-    stderr, ``mindwatch <command>: <message>``, never a traceback: exit 2 (or the code the
-    error carries), 130 on Ctrl-C. Usage errors are argparse's (usage on stderr, exit 2:
-    ``SystemExit`` is raised, as argparse does, for those and for ``--help``).
+    Returns the command's exit code: ``summary`` 0 healthy, 1 anything else readable, 2
+    unreadable input; ``report`` and ``demo`` 0; ``watch`` 0 once every rank ended. Any error
+    is one line on stderr, ``mindwatch <command>: <message>``, never a traceback: exit 2 (or
+    the code the error carries), 130 on Ctrl-C. Usage errors (an unknown option, a value of
+    the wrong type) are one line too, exit 2, raised as ``SystemExit`` as argparse does (and
+    ``--help``, exit 0).
 
     Example: ``mindwatch summary runs/exp1 --json``
     """
@@ -187,13 +303,14 @@ def main(argv: list[str] | None = None) -> int:
                    "watch": _watch}[args.command]
         return handler(args)
     except CliError as exc:
-        print(f"mindwatch {args.command}: {exc}", file=sys.stderr)
+        print(_one_line(f"mindwatch {args.command}: {exc}"), file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         print(f"mindwatch {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # documented in docs/cli.md: one line, never a traceback
-        print(f"mindwatch {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(_one_line(f"mindwatch {args.command}: {type(exc).__name__}: {exc}"),
+              file=sys.stderr)
         return EXIT_UNREADABLE
 
 

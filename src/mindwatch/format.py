@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from .units import MB_PER_DEVICE_GB
 
 MISSING = "-"
 
 
-def number(value: Optional[float], digits: int = 4) -> str:
+def number(value: float | None, digits: int = 4) -> str:
     """``digits`` significant digits; exponent form outside [1e-3, 1e5)."""
     if value is None:
         return MISSING
@@ -34,11 +33,11 @@ def step(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{value:g}"
 
 
-def lr(value: Optional[float]) -> str:
+def lr(value: float | None) -> str:
     return MISSING if value is None else f"{value:.2e}"
 
 
-def duration(seconds: Optional[float]) -> str:
+def duration(seconds: float | None) -> str:
     """Human duration: 45.2 ms, 3.10 s, 2m05s, 1h02m."""
     if seconds is None or not math.isfinite(seconds):
         return MISSING
@@ -46,14 +45,14 @@ def duration(seconds: Optional[float]) -> str:
         return f"{seconds * 1000:.1f} ms"
     if seconds < 60:
         return f"{seconds:.2f} s"
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     if minutes < 60:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
 
 
-def rate(per_s: Optional[float], unit: str = "samples") -> str:
+def rate(per_s: float | None, unit: str = "samples") -> str:
     if per_s is None or not math.isfinite(per_s):
         return MISSING
     for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -62,19 +61,19 @@ def rate(per_s: Optional[float], unit: str = "samples") -> str:
     return f"{per_s:.1f} {unit}/s"
 
 
-def gigabytes(value: Optional[float]) -> str:
+def gigabytes(value: float | None) -> str:
     return MISSING if value is None else f"{value:.1f} GB"
 
 
-def percent(value: Optional[float]) -> str:
+def percent(value: float | None) -> str:
     return MISSING if value is None else f"{value:.0f}%"
 
 
-def celsius(value: Optional[float]) -> str:
+def celsius(value: float | None) -> str:
     return MISSING if value is None else f"{value:.0f}°C"
 
 
-def megabytes(value: Optional[float]) -> str:
+def megabytes(value: float | None) -> str:
     """Device memory as reported in MB: "812 MB", or "12.3 GB" from 1024 MB up."""
     if value is None or not math.isfinite(value):
         return MISSING

@@ -7,8 +7,9 @@ detected, logged and reported, but no checkpoint can be written.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Mapping, Optional
+from typing import Any
 
 from .sinks.base import Sink
 
@@ -30,9 +31,12 @@ class FrameworkHooks:
     """The framework's side of the monitor; every hook is optional.
 
     - ``versions``: package versions for the ``run`` record (e.g. ``{"mindspore": "2.10.0"}``).
-    - ``save_checkpoint(step) -> path or None``: writes the weights (and optimizer state) of
-      the last completed step into the run directory, atomically; called on the training
-      thread at that step's end when a policy asks for a checkpoint.
+    - ``save_checkpoint(step, reason) -> path or None``: writes the weights (and optimizer
+      state) of the last completed step into the run directory, atomically, as
+      ``run_dir.checkpoint_path(log_dir, step, rank, reason)`` (reason ``"anomaly"`` or
+      ``"signal"``); called on the training thread at that step's end when a policy asks for
+      a checkpoint. It may raise (a full disk): that is said once, and the policy's stop
+      still happens.
     - ``resume_hint(checkpoint_path) -> str``: code that resumes from that checkpoint, for
       the anomaly report.
     - ``notes() -> list of str``: facts about how training is set up that every anomaly
@@ -43,11 +47,11 @@ class FrameworkHooks:
       switches each on (``{"mindinsight": factory}``); opened with every run segment.
     """
 
-    versions: Mapping[str, Optional[str]] = field(default_factory=dict)
-    save_checkpoint: Optional[Callable[[int], Optional[str]]] = None
-    resume_hint: Optional[Callable[[str], str]] = None
-    notes: Optional[Callable[[], List[str]]] = None
-    memory_reader: Optional[Callable[[], Mapping[str, Any]]] = None
+    versions: Mapping[str, str | None] = field(default_factory=dict)
+    save_checkpoint: Callable[[int, str], str | None] | None = None
+    resume_hint: Callable[[str], str] | None = None
+    notes: Callable[[], list[str]] | None = None
+    memory_reader: Callable[[], Mapping[str, Any]] | None = None
     sinks: Mapping[str, SinkFactory] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -61,5 +65,5 @@ class FrameworkHooks:
                 raise TypeError(f"FrameworkHooks.sinks[{setting!r}] must be callable "
                                 f"(SinkContext -> Sink); got {type(factory).__name__}")
 
-    def report_notes(self) -> List[str]:
+    def report_notes(self) -> list[str]:
         return list(self.notes()) if self.notes is not None else []

@@ -8,36 +8,31 @@ import os
 import platform
 import socket
 import sys
-import threading
-from typing import Any, Dict, List, Mapping, Optional, TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 from . import records
-from .anomaly import PEER_STOP, Anomaly
-from .records import Common, End, Notice, Run, Step, Versions
-from .records import Anomaly as AnomalyRecord
+from .anomaly import PEER_STOP, SIGNAL_STOP, SINK_ERROR, USER_STOP, Anomaly
 from .clock import Clock, SystemClock
 from .detectors import Detector, build_detectors
 from .framework import FrameworkHooks
 from .loss_stats import LossStats
-from .numbers import to_number
 from .observation import HardwareSample, StepObservation
-from .peers import USER_STOP, Peers, stop_code
+from .peers import Peers, stop_code
 from .policy import Policy
 from .rank import rank_from_env
+from .records import Anomaly as AnomalyRecord
+from .records import End, Notice, Run, Versions
 from .responder import Responder
 from .run_dir import prepare
 from .segment import RunSegment
 from .settings import MonitorSettings
+from .signals import SignalStop, signal_name
 from .sinks.base import Sink
 from .sinks.console import ConsoleSink
 from .sinks.factory import check_framework_views, open_sinks
 from .version import __version__
-
-
-# Fields observe() computes itself; an ``extra`` may add others (loss_scale, data_time_s).
-_STEP_FIELDS_OWN = frozenset((Common.KIND, Common.RANK, Common.TIME, *Step.REQUIRED,
-                              Step.STEPS_COVERED, Step.SAMPLES_PER_S, Step.LR_GROUPS,
-                              Step.LAYER_GRAD_NORMS))
+from .writer import RecordWriter
 
 
 class Monitor:
@@ -74,10 +69,10 @@ class Monitor:
         monitor.close()
     """
 
-    def __init__(self, log_dir: str, *, rank: Optional[int] = None,
-                 world_size: Optional[int] = None, local_rank: Optional[int] = None,
-                 clock: Optional[Clock] = None, stream: Optional[TextIO] = None,
-                 framework: Optional[FrameworkHooks] = None, **settings: Any):
+    def __init__(self, log_dir: str, *, rank: int | None = None,
+                 world_size: int | None = None, local_rank: int | None = None,
+                 clock: Clock | None = None, stream: TextIO | None = None,
+                 framework: FrameworkHooks | None = None, **settings: Any):
         self.settings = MonitorSettings.from_kwargs(**settings)
         if framework is not None and not isinstance(framework, FrameworkHooks):
             raise TypeError("framework must be a mindwatch.FrameworkHooks or None; got "
@@ -93,31 +88,37 @@ class Monitor:
         self.clock: Clock = clock or SystemClock()
         self.versions = {Versions.MINDWATCH: __version__, Versions.MINDSPORE: None,
                          Versions.PYTHON: platform.python_version(), **self.framework.versions}
-        self.policy = Policy(self.settings.policies)
+        self.policy = Policy(self.settings.policies, signal=self.settings.on_signal)
         self.peers = Peers(rank=self.rank, world_size=self.world_size, policy=self.policy,
                            straggler_window=self.settings.straggler_window,
                            straggler_factor=self.settings.straggler_factor)
-        self.detectors: List[Detector] = build_detectors(self.settings)
+        self.detectors: list[Detector] = build_detectors(self.settings)
         self.console = ConsoleSink(
             rank=self.rank, print_interval=self.settings.print_interval, stream=stream,
             verbose=self.rank == 0 or self.settings.print_all_ranks)
-        self.sinks: List[Sink] = self._open_sinks()
+        self._writer = RecordWriter(rank=self.rank, clock=self.clock, console=self.console,
+                                    open_sinks=self._open_sinks,
+                                    on_error=self.settings.on_sink_error)
         self.responder = Responder(log_dir=self.log_dir, rank=self.rank, policy=self.policy,
                                    framework=self.framework)
         self.loss_stats = LossStats(self.settings.loss_smoothing)
         # Timing starts at construction, so a custom loop's first step has a duration; an
         # explicit start() (the MindSpore adapter's, at train begin) restarts it.
         self._segment = RunSegment.begin(self.clock.perf_counter())
-        self._lock = threading.RLock()       # the sampler thread writes records too
         self._sampler: Any = None
+        self._signals = SignalStop()
 
     # -- life cycle -----------------------------------------------------------------------
-    def _open_sinks(self) -> List[Sink]:
+    def _open_sinks(self) -> list[Sink]:
         return open_sinks(self.settings, log_dir=self.log_dir, log_path=self.log_path,
                           rank=self.rank, local_rank=self.local_rank, console=self.console,
                           framework_sinks=self.framework.sinks)
 
-    def start(self, *, total_steps: Optional[int] = None, **run_info: Any) -> None:
+    @property
+    def sinks(self) -> list[Sink]:
+        return self._writer.sinks
+
+    def start(self, *, total_steps: int | None = None, **run_info: Any) -> None:
         """Begin a run segment: write the ``run`` record now and restart the step timer.
 
         After ``close`` this begins a new segment appended to the same log (a second
@@ -127,12 +128,12 @@ class Monitor:
         """
         segment = self._segment
         if segment.closed:
-            self.sinks = self._open_sinks()
+            self._writer.reopen()
         if segment.closed or not segment.started:
             self._segment = RunSegment.begin(self.clock.perf_counter())
         self._ensure_started(total_steps=total_steps, **run_info)
 
-    def _ensure_started(self, *, total_steps: Optional[int] = None, **run_info: Any) -> None:
+    def _ensure_started(self, *, total_steps: int | None = None, **run_info: Any) -> None:
         if self._segment.closed:
             raise RuntimeError("this monitor is closed; call start() to append a new run "
                                "segment to its log")
@@ -149,6 +150,9 @@ class Monitor:
             **run_info})
         if self._sampler is not None:
             self._sampler.start()
+        if self.settings.on_signal is not None and not self._signals.install():
+            self.notice("SIGTERM and SIGINT are left alone: signal handlers can only be "
+                        "installed from the main thread (on_signal)")
 
     def _start_hardware(self) -> None:
         if self.settings.hardware_interval_s is None or self._sampler is not None:
@@ -165,7 +169,7 @@ class Monitor:
             self._drain_sampler_messages()
             self._sampler = None
 
-    def close(self, reason: Optional[str] = None, error: Optional[str] = None) -> None:
+    def close(self, reason: str | None = None, error: str | None = None) -> None:
         """End the run segment: the last epoch's record, the ``end`` record, sinks closed.
 
         Args:
@@ -179,34 +183,33 @@ class Monitor:
         segment = self._segment
         if segment.closed:
             return
+        if reason is not None and reason not in records.END_REASONS:
+            raise ValueError(f"reason must be one of {records.END_REASONS}; got {reason!r}")
         self._ensure_started()
         self._stop_hardware()
         self._act_on_pending()
+        self._check_signal()                 # one that came after the last step
         self.end_epoch()
-        if reason is None:
-            reason = (records.ERROR if error else
-                      records.STOPPED if segment.stop_requested else records.COMPLETED)
-        if reason not in records.END_REASONS:
-            raise ValueError(f"reason must be one of {records.END_REASONS}; got {reason!r}")
+        error = error or segment.sink_error
         self._emit(records.END, {
-            End.REASON: reason, End.STEPS: segment.last_step,
+            End.REASON: reason or segment.end_reason(error), End.STEPS: segment.last_step,
             End.ELAPSED_S: self.clock.perf_counter() - segment.start_perf, End.ERROR: error,
             End.STOPPED_BY: segment.stopped_by(self.rank)})
         segment.closed = True
-        for sink in self.sinks:
-            sink.close()
+        self._writer.close()
+        self._signals.finish()               # a received signal takes its usual course now
 
     @property
     def closed(self) -> bool:
         return self._segment.closed
 
     @property
-    def stop_requested(self) -> Optional[Anomaly]:
+    def stop_requested(self) -> Anomaly | None:
         """The anomaly (or request) that stops the current segment, if any."""
         return self._segment.stop_requested
 
     @property
-    def anomalies(self) -> List[Anomaly]:
+    def anomalies(self) -> list[Anomaly]:
         """The current segment's anomalies, in the order they were found."""
         return self._segment.anomalies
 
@@ -216,11 +219,11 @@ class Monitor:
 
     # -- inputs -----------------------------------------------------------------------------
     def observe(self, *, step: int, loss: Any = None, lr: Any = None, grad_norm: Any = None,
-                epoch: Optional[int] = None, step_time_s: Optional[float] = None,
-                skipped: bool = False, steps: int = 1, batch_size: Optional[int] = None,
-                grads_finite: Optional[bool] = None, lr_groups: Optional[List[Any]] = None,
-                layer_grad_norms: Optional[Mapping[str, Any]] = None,
-                extra: Optional[Mapping[str, Any]] = None) -> List[Anomaly]:
+                epoch: int | None = None, step_time_s: float | None = None,
+                skipped: bool = False, steps: int = 1, batch_size: int | None = None,
+                grads_finite: bool | None = None, lr_groups: list[Any] | None = None,
+                layer_grad_norms: Mapping[str, Any] | None = None,
+                extra: Mapping[str, Any] | None = None) -> list[Anomaly]:
         """Record one training step (or ``steps`` steps ending at ``step``).
 
         Args:
@@ -247,14 +250,10 @@ class Monitor:
 
         Example: ``monitor.observe(step=10, loss=2.31, lr=3e-4, grad_norm=0.8)``
         """
-        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise ValueError(f"step must be a positive int (1-based global step); got {step!r}")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps must be a positive int; got {steps!r}")
-        clash = sorted(set(extra or ()) & _STEP_FIELDS_OWN)
-        if clash:
-            raise ValueError(f"extra must not replace the step record's own fields "
-                             f"{', '.join(clash)}; pass them as arguments of observe()")
+        observation = StepObservation.from_arguments(
+            step=step, epoch=epoch, loss=loss, lr=lr, grad_norm=grad_norm,
+            grads_finite=grads_finite, lr_groups=lr_groups, skipped=skipped, steps=steps,
+            layer_grad_norms=layer_grad_norms, extra=extra)
         self._ensure_started()
         segment = self._segment
         now = self.clock.perf_counter()
@@ -262,23 +261,19 @@ class Monitor:
             step_time_s = (now - segment.last_perf) / steps
         segment.last_perf = now
         batch_size = batch_size or self.settings.batch_size
-        samples_per_s = batch_size / step_time_s if batch_size and step_time_s else None
-        observation = StepObservation(
-            step=step, epoch=epoch, loss=to_number(loss, "loss"), lr=to_number(lr, "lr"),
-            grad_norm=to_number(grad_norm, "grad_norm"), grads_finite=grads_finite,
-            lr_groups=None if lr_groups is None else [to_number(v, "lr_groups") for v in lr_groups],
-            step_time_s=step_time_s, samples_per_s=samples_per_s, skipped=bool(skipped),
-            steps=steps, time=self.clock.time(),
-            layer_grad_norms=None if layer_grad_norms is None else
-            {name: to_number(v, "layer_grad_norms") for name, v in layer_grad_norms.items()},
-            extra=dict(extra or {}))
-        return self._process(observation)
+        observation.step_time_s, observation.time = step_time_s, self.clock.time()
+        if batch_size and step_time_s:
+            observation.samples_per_s = batch_size / step_time_s
+        found = self._process(observation)
+        self._check_signal()
+        self._check_sink_error()
+        return found
 
     def submit_hardware(self, sample: HardwareSample) -> None:
         """From the sampler thread: the ``hardware`` record is written now, so a hung step
         still leaves samples behind; what its detectors find waits for the training thread
         (the next ``observe``), since a checkpoint must not race the optimizer update."""
-        with self._lock:
+        with self._writer.lock:
             segment = self._segment
             if segment.closed or not segment.started:
                 return
@@ -288,15 +283,15 @@ class Monitor:
             for detector in self.detectors:
                 segment.pending.extend(detector.update_hardware(sample))
 
-    def observe_hardware(self, sample: HardwareSample) -> List[Anomaly]:
+    def observe_hardware(self, sample: HardwareSample) -> list[Anomaly]:
         """A hardware sample taken on the training thread (custom loops, tests)."""
         self._ensure_started()
         self.submit_hardware(sample)
         return self._act_on_pending()
 
-    def _act_on_pending(self) -> List[Anomaly]:
+    def _act_on_pending(self) -> list[Anomaly]:
         segment = self._segment
-        with self._lock:
+        with self._writer.lock:
             found, segment.pending = segment.pending, []
         for anomaly in found:
             if anomaly.step is None:
@@ -322,28 +317,18 @@ class Monitor:
             self._emit(records.EPOCH, fields)
 
     # -- the pipeline -------------------------------------------------------------------------
-    def _process(self, obs: StepObservation) -> List[Anomaly]:
+    def _process(self, obs: StepObservation) -> list[Anomaly]:
         if obs.epoch is not None and obs.epoch != self.loss_stats.epoch:
             self.end_epoch()
             self.loss_stats.epoch = obs.epoch
         self.loss_stats.add(obs.loss, obs.steps)
         self._segment.last_step = obs.step
-        record: Dict[str, Any] = {
-            Step.STEP: obs.step, Step.EPOCH: obs.epoch, Step.LOSS: obs.loss,
-            Step.LOSS_SMOOTH: self.loss_stats.smooth, Step.LR: obs.lr,
-            Step.GRAD_NORM: obs.grad_norm, Step.STEP_TIME_S: obs.step_time_s,
-            Step.SKIPPED: obs.skipped, Step.STEPS_COVERED: obs.steps,
-            Step.SAMPLES_PER_S: obs.samples_per_s}
-        if obs.lr_groups is not None:
-            record[Step.LR_GROUPS] = obs.lr_groups
-        if obs.layer_grad_norms is not None:
-            interval = self.settings.layer_norms_interval
-            if obs.step // interval > (obs.step - obs.steps) // interval:
-                record[Step.LAYER_GRAD_NORMS] = obs.layer_grad_norms
-        record.update(obs.extra)
+        interval = self.settings.layer_norms_interval
+        layers_due = obs.step // interval > (obs.step - obs.steps) // interval
+        record = obs.to_record(loss_smooth=self.loss_stats.smooth, with_layers=layers_due)
         self._emit(records.STEP, record, time=obs.time)
         self.responder.remember_step(record, obs.layer_grad_norms)
-        found: List[Anomaly] = []
+        found: list[Anomaly] = []
         for detector in self.detectors:
             found.extend(detector.update(obs))
         self._act(found)
@@ -352,9 +337,10 @@ class Monitor:
         self._drain_sampler_messages()
         return found
 
-    def _act(self, found: List[Anomaly]) -> None:
+    def _act(self, found: list[Anomaly]) -> None:
         segment = self._segment
         self.responder.respond(found, segment.last_step)
+        self._say_responder_problems()
         for anomaly in found:
             if anomaly.stops and segment.stop_requested is None:
                 segment.stop_requested = anomaly
@@ -366,7 +352,7 @@ class Monitor:
                 AnomalyRecord.CHECKPOINT: anomaly.checkpoint,
                 AnomalyRecord.REPORT: anomaly.report})
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to keep its history: detector windows, loss average."""
         return {**self.loss_stats.state_dict(), "last_step": self.last_step,
                 "detectors": [d.state_dict() for d in self.detectors]}
@@ -378,7 +364,7 @@ class Monitor:
         if len(detectors) != len(self.detectors):
             raise ValueError(f"state holds {len(detectors)} detectors, this monitor has "
                              f"{len(self.detectors)}; it was saved by a different version")
-        for detector, detector_state in zip(self.detectors, detectors):
+        for detector, detector_state in zip(self.detectors, detectors, strict=True):
             detector.load_state_dict(detector_state)
         self.loss_stats.load_state_dict(state)
         self._segment.last_step = state.get("last_step", self._segment.last_step)
@@ -399,8 +385,8 @@ class Monitor:
             segment.stop_requested = Anomaly(USER_STOP, segment.last_step or None, None, None,
                                              "stop requested by the user", actions=["stop"])
 
-    def observe_peers(self, *, step: int, stop_codes: List[int], data_times: List[float],
-                      step_time_s: Optional[float] = None) -> List[Anomaly]:
+    def observe_peers(self, *, step: int, stop_codes: list[int], data_times: list[float],
+                      step_time_s: float | None = None) -> list[Anomaly]:
         """What the other ranks said after ``step``: stops to follow, stragglers."""
         found = self.peers.findings(step=step, stop_codes=stop_codes, data_times=data_times,
                                     step_time_s=step_time_s,
@@ -408,9 +394,44 @@ class Monitor:
         self._act(found)
         return found
 
-    def _emit(self, kind: str, fields: Mapping[str, Any], time: Optional[float] = None) -> None:
-        record = {Common.KIND: kind, Common.RANK: self.rank,
-                  Common.TIME: self.clock.time() if time is None else time, **fields}
-        with self._lock:
-            for sink in self.sinks:
-                sink.write(record)
+    # -- stops that are not anomalies -------------------------------------------------------
+    def _check_signal(self) -> None:
+        """A SIGTERM/SIGINT received since the last check: checkpoint (``on_signal``), then
+        stop this segment after the current step; the other ranks learn it through the stop
+        code, as for an anomaly."""
+        segment = self._segment
+        signum = self._signals.received
+        if signum is None or segment.signal is not None:
+            return
+        segment.signal = signum
+        step = segment.last_step
+        actions = self.policy.actions_for(SIGNAL_STOP)
+        checkpoint = (self.responder.checkpoint(step, "signal")
+                      if "checkpoint" in actions and step else None)
+        message = (f"{signal_name(signum)} received: training stops after step {step} on "
+                   "every rank" + (f"; checkpoint {checkpoint}" if checkpoint else ""))
+        if segment.stop_requested is None:
+            segment.stop_requested = Anomaly(SIGNAL_STOP, step or None, float(signum), None,
+                                             message, actions=actions, checkpoint=checkpoint)
+        self.notice(message, source=SIGNAL_STOP)
+        self._say_responder_problems()
+
+    def _say_responder_problems(self) -> None:
+        for problem in self.responder.pop_problems():
+            self.notice(problem)
+
+    def _check_sink_error(self) -> None:
+        """Under ``on_sink_error="raise"``: the first sink failure stops this segment (every
+        rank, after this step) and raises ``SinkError`` to the training loop, once."""
+        segment = self._segment
+        error = self._writer.error
+        if error is None or segment.sink_error is not None:
+            return
+        segment.sink_error = str(error)
+        if segment.stop_requested is None:
+            segment.stop_requested = Anomaly(SINK_ERROR, segment.last_step or None, None, None,
+                                             str(error), actions=["stop"])
+        raise error
+
+    def _emit(self, kind: str, fields: Mapping[str, Any], time: float | None = None) -> None:
+        self._writer.emit(kind, fields, time)

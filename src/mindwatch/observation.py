@@ -6,51 +6,105 @@ downstream (detectors, policy, sinks) sees only floats, ints, bools and None.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
-from .records import Device, Hardware
+from .numbers import to_number
+from .records import Common, Device, Hardware, Step
+
+# Fields a step record computes itself; ``extra`` may add others (loss_scale, data_time_s).
+_OWN_STEP_FIELDS = frozenset((*Common.REQUIRED, *Step.REQUIRED, Step.STEPS_COVERED,
+                              Step.SAMPLES_PER_S, Step.LR_GROUPS, Step.LAYER_GRAD_NORMS))
 
 
 @dataclass
 class StepObservation:
     step: int                              # global step, 1-based, the last one this covers
-    epoch: Optional[int] = None            # 1-based
-    loss: Optional[float] = None
-    lr: Optional[float] = None             # the LR applied at this step (first group)
-    lr_groups: Optional[List[float]] = None  # every group's LR when the optimizer has groups
-    grad_norm: Optional[float] = None      # global L2 norm before clipping
-    grads_finite: Optional[bool] = None    # every gradient element finite; None: not measured
-    step_time_s: Optional[float] = None    # wall seconds per training step
-    samples_per_s: Optional[float] = None
+    epoch: int | None = None            # 1-based
+    loss: float | None = None
+    lr: float | None = None             # the LR applied at this step (first group)
+    lr_groups: list[float | None] | None = None  # every group's LR, when there are groups
+    grad_norm: float | None = None      # global L2 norm before clipping
+    grads_finite: bool | None = None    # every gradient element finite; None: not measured
+    step_time_s: float | None = None    # wall seconds per training step
+    samples_per_s: float | None = None
     skipped: bool = False                  # the optimizer update was withheld
     steps: int = 1                         # training steps this observation covers (sink mode)
     time: float = 0.0                      # Unix seconds
-    layer_grad_norms: Optional[Dict[str, float]] = None
-    extra: Dict[str, Any] = field(default_factory=dict)
+    layer_grad_norms: dict[str, float] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_arguments(cls, *, step: Any, steps: Any, loss: Any, lr: Any, grad_norm: Any,
+                       lr_groups: Any, layer_grad_norms: Any, extra: Any, **plain: Any,
+                       ) -> StepObservation:
+        """From ``Monitor.observe``'s arguments, checked: every problem raises an error that
+        names the argument. Timing fields are the caller's to fill in."""
+        for name, value in (("step", step), ("steps", steps)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int"
+                                 f"{' (1-based global step)' if name == 'step' else ''}; "
+                                 f"got {value!r}")
+        clash = sorted(set(extra or ()) & _OWN_STEP_FIELDS)
+        if clash:
+            raise ValueError(f"extra must not replace the step record's own fields "
+                             f"{', '.join(clash)}; pass them as arguments of observe()")
+        return cls(step=step, steps=steps, loss=to_number(loss, "loss"), lr=to_number(lr, "lr"),
+                   grad_norm=to_number(grad_norm, "grad_norm"),
+                   lr_groups=None if lr_groups is None else
+                   [to_number(v, "lr_groups") for v in lr_groups],
+                   layer_grad_norms=_layer_norms(layer_grad_norms), extra=dict(extra or {}),
+                   skipped=bool(plain.pop("skipped")), **plain)
+
+    def to_record(self, *, loss_smooth: float | None, with_layers: bool) -> dict[str, Any]:
+        """The fields of this step's ``step`` record; the per-layer norms only ``with_layers``
+        (they are large: logged every ``layer_norms_interval`` steps)."""
+        record: dict[str, Any] = {
+            Step.STEP: self.step, Step.EPOCH: self.epoch, Step.LOSS: self.loss,
+            Step.LOSS_SMOOTH: loss_smooth, Step.LR: self.lr, Step.GRAD_NORM: self.grad_norm,
+            Step.STEP_TIME_S: self.step_time_s, Step.SKIPPED: self.skipped,
+            Step.STEPS_COVERED: self.steps, Step.SAMPLES_PER_S: self.samples_per_s}
+        if self.lr_groups is not None:
+            record[Step.LR_GROUPS] = self.lr_groups
+        if self.layer_grad_norms is not None and with_layers:
+            record[Step.LAYER_GRAD_NORMS] = self.layer_grad_norms
+        record.update(self.extra)
+        return record
+
+
+def _layer_norms(values: Any) -> dict[str, float] | None:
+    if values is None:
+        return None
+    norms = {}
+    for name, value in dict(values).items():
+        number = to_number(value, f"layer_grad_norms[{name!r}]")
+        if number is None:
+            raise TypeError(f"layer_grad_norms[{name!r}] must be a number; got None")
+        norms[str(name)] = number
+    return norms
 
 
 @dataclass
 class DeviceSample:
     type: str                              # "npu" or "gpu"
     index: int
-    util_percent: Optional[float] = None
-    mem_used_mb: Optional[float] = None
-    mem_total_mb: Optional[float] = None
-    temp_c: Optional[float] = None
-    power_w: Optional[float] = None
+    util_percent: float | None = None
+    mem_used_mb: float | None = None
+    mem_total_mb: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
 
 
 @dataclass
 class HardwareSample:
     time: float
-    cpu_percent: Optional[float] = None
-    mem_used_gb: Optional[float] = None
-    mem_available_gb: Optional[float] = None
-    rss_gb: Optional[float] = None
-    devices: List[DeviceSample] = field(default_factory=list)
-    framework_memory: Optional[Dict[str, Any]] = None
+    cpu_percent: float | None = None
+    mem_used_gb: float | None = None
+    mem_available_gb: float | None = None
+    rss_gb: float | None = None
+    devices: list[DeviceSample] = field(default_factory=list)
+    framework_memory: dict[str, Any] | None = None
 
-    def to_record(self) -> Dict[str, Any]:
+    def to_record(self) -> dict[str, Any]:
         """The fields of this sample's ``hardware`` record."""
         return {
             Hardware.CPU_PERCENT: self.cpu_percent, Hardware.MEM_USED_GB: self.mem_used_gb,

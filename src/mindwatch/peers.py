@@ -3,22 +3,21 @@ makes everyone wait. The exchange itself is the adapter's (a collective); this m
 encodes a stop as a number and turns what came back into anomalies."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
-from .anomaly import ANOMALY_KINDS, PEER_STOP, Anomaly
+from .anomaly import ANOMALY_KINDS, PEER_STOP, STOP_REQUESTS, USER_STOP, Anomaly
 from .detectors.straggler import StragglerDetector
 from .policy import Policy
 
-USER_STOP = "user_request"            # a callback or the user called request_stop()
-STOP_REASONS = ANOMALY_KINDS + (USER_STOP,)
+STOP_REASONS = (*ANOMALY_KINDS, *STOP_REQUESTS)
 
 
-def stop_code(reason: Optional[str]) -> int:
+def stop_code(reason: str | None) -> int:
     """0 for "go on", else 1 + the reason's index: small integers survive a float32 SUM."""
     return 0 if reason is None else 1 + STOP_REASONS.index(reason)
 
 
-def stop_reason(code: int) -> Optional[str]:
+def stop_reason(code: int) -> str | None:
     return STOP_REASONS[code - 1] if 0 < code <= len(STOP_REASONS) else None
 
 
@@ -30,7 +29,7 @@ class Peers:
                                            window=straggler_window, factor=straggler_factor)
 
     def findings(self, *, step: int, stop_codes: Sequence[int], data_times: Sequence[float],
-                 step_time_s: Optional[float], stopping: bool) -> List[Anomaly]:
+                 step_time_s: float | None, stopping: bool) -> list[Anomaly]:
         """Stragglers, and a ``peer_stop`` for the first other rank that stops, unless this
         rank is ``stopping`` already (its own stop, or an earlier peer's)."""
         found = self.straggler.update_peers(step, data_times, step_time_s)

@@ -1,7 +1,7 @@
 """The single place that decides what to do about each kind of anomaly."""
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Union
+from collections.abc import Mapping
 
 from .anomaly import (
     ANOMALY_KINDS,
@@ -10,6 +10,7 @@ from .anomaly import (
     LOSS_NONFINITE,
     OVERHEAT,
     PEER_STOP,
+    SIGNAL_STOP,
 )
 
 WARN = "warn"
@@ -20,7 +21,7 @@ POLICIES = (WARN, STOP, CHECKPOINT_AND_STOP)
 # Kinds a user may give a policy for; peer_stop is the consequence of another rank's policy.
 CONFIGURABLE_KINDS = tuple(kind for kind in ANOMALY_KINDS if kind != PEER_STOP)
 
-DEFAULT_POLICIES: Dict[str, str] = {kind: WARN for kind in CONFIGURABLE_KINDS}
+DEFAULT_POLICIES: dict[str, str] = {kind: WARN for kind in CONFIGURABLE_KINDS}
 DEFAULT_POLICIES.update({
     LOSS_NONFINITE: CHECKPOINT_AND_STOP,
     GRADIENT_NONFINITE: CHECKPOINT_AND_STOP,
@@ -30,7 +31,7 @@ DEFAULT_POLICIES.update({
 
 _ACTIONS = {WARN: ["warn"], STOP: ["stop"], CHECKPOINT_AND_STOP: ["checkpoint", "stop"]}
 
-PolicySpec = Union[None, str, Mapping[str, str]]
+PolicySpec = str | Mapping[str, str] | None
 
 
 def _check_policy(policy: object, where: str) -> str:
@@ -39,7 +40,7 @@ def _check_policy(policy: object, where: str) -> str:
     return policy
 
 
-def resolve_policies(spec: PolicySpec) -> Dict[str, str]:
+def resolve_policies(spec: PolicySpec) -> dict[str, str]:
     """The full kind -> policy table for ``on_anomaly`` (None, one policy, or a partial dict)."""
     if spec is None:
         return dict(DEFAULT_POLICIES)
@@ -61,10 +62,14 @@ def resolve_policies(spec: PolicySpec) -> Dict[str, str]:
 class Policy:
     """Maps an anomaly kind to the actions it triggers."""
 
-    def __init__(self, table: Mapping[str, str]):
+    def __init__(self, table: Mapping[str, str], signal: str | None = CHECKPOINT_AND_STOP):
+        """``table``: anomaly kind -> policy; ``signal``: the ``on_signal`` policy."""
         self._table = dict(table)
+        self._signal = signal or STOP
 
-    def actions_for(self, kind: str) -> List[str]:
+    def actions_for(self, kind: str) -> list[str]:
         if kind == PEER_STOP:
             return ["stop"]
+        if kind == SIGNAL_STOP:
+            return list(_ACTIONS[self._signal])
         return list(_ACTIONS[self._table.get(kind, WARN)])

@@ -9,8 +9,8 @@ style), ``OMPI_COMM_WORLD_RANK``/``OMPI_COMM_WORLD_SIZE`` (mpirun), ``MS_NODE_ID
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
 _RANK_VARS = ("RANK_ID", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "MS_NODE_ID")
 _SIZE_VARS = ("RANK_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MS_WORKER_NUM")
@@ -24,14 +24,14 @@ class RankInfo:
     local_rank: int = 0
 
 
-def parse_index(text: str) -> Optional[int]:
+def parse_index(text: str) -> int | None:
     """A rank or device number: ASCII digits (str.isdigit also accepts "²"), bounded so that
     int() stays cheap; None for anything else."""
     text = text.strip()
     return int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
 
 
-def env_int(env: Mapping[str, str], *names: str) -> Optional[int]:
+def env_int(env: Mapping[str, str], *names: str) -> int | None:
     """The first of ``names`` set to a number; None when none is (unset stays distinguishable
     from 0)."""
     for name in names:
@@ -41,7 +41,7 @@ def env_int(env: Mapping[str, str], *names: str) -> Optional[int]:
     return None
 
 
-def rank_from_env(env: Optional[Mapping[str, str]] = None) -> RankInfo:
+def rank_from_env(env: Mapping[str, str] | None = None) -> RankInfo:
     env = os.environ if env is None else env
     rank = env_int(env, *_RANK_VARS) or 0
     world_size = max(env_int(env, *_SIZE_VARS) or 1, rank + 1)

@@ -31,8 +31,8 @@ END = "end"
 
 KINDS = (RUN, STEP, EPOCH, HARDWARE, ANOMALY, NOTICE, END)
 
-END_REASONS = ("completed", "stopped", "error")     # End.REASON
-COMPLETED, STOPPED, ERROR = END_REASONS
+END_REASONS = ("completed", "stopped", "error", "signal", "aborted")     # End.REASON
+COMPLETED, STOPPED, ERROR, SIGNAL, ABORTED = END_REASONS
 
 NONFINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -117,7 +117,7 @@ class Step(Fields):
     STEPS_COVERED = optional("steps_covered")
     LR_GROUPS = optional("lr_groups", nonfinite=True)
     LAYER_GRAD_NORMS = optional("layer_grad_norms", nonfinite=True)
-    DATA_TIME_S = optional("data_time_s", nonfinite=True)                    # seconds before the step began
+    DATA_TIME_S = optional("data_time_s", nonfinite=True)   # seconds before the step began
     LOSS_SCALE = optional("loss_scale", nonfinite=True)
 
 

@@ -1,17 +1,21 @@
 """Carrying out what the policy decided for each anomaly: checkpoint, report, stop.
 
 The framework-specific parts (saving a checkpoint, how to resume from it, notes on the set-up)
-come from the ``FrameworkHooks`` the monitor was built with.
+come from the ``FrameworkHooks`` the monitor was built with. A checkpoint or report that
+cannot be written (a full disk) is said once (``pop_problems``) and changes nothing else: the
+policy decides whether training stops, never an accident of the disk.
 """
 from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, Deque, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 from .anomaly import GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH, Anomaly
 from .anomaly_report import HISTORY_STEPS, write_report
 from .framework import FrameworkHooks
+from .hardware.messages import OnceMessages
 from .policy import Policy
 from .records import Step
 
@@ -26,12 +30,35 @@ class Responder:
     def __init__(self, *, log_dir: str, rank: int, policy: Policy, framework: FrameworkHooks):
         self.log_dir, self.rank, self.policy = log_dir, rank, policy
         self.framework = framework
-        self.history: Deque[Mapping[str, Any]] = deque(maxlen=HISTORY_STEPS)
-        self.hardware: Optional[Mapping[str, Any]] = None
-        self.layer_norms: Optional[Tuple[int, Mapping[str, float]]] = None
+        self.history: deque[Mapping[str, Any]] = deque(maxlen=HISTORY_STEPS)
+        self.hardware: Mapping[str, Any] | None = None
+        self.layer_norms: tuple[int, Mapping[str, float]] | None = None
+        self._problems = OnceMessages()
+        self._failed_checkpoint: str | None = None    # why the latest checkpoint is missing
+
+    def pop_problems(self) -> list[str]:
+        """Failed checkpoint and report writes not said before, each once per kind."""
+        return self._problems.pop()
+
+    def checkpoint(self, step: int, reason: str) -> str | None:
+        """Save a checkpoint through the framework's hook; None when there is no hook or
+        the save failed (said once)."""
+        save = self.framework.save_checkpoint
+        self._failed_checkpoint = None
+        if save is None:
+            return None
+        try:
+            return save(step, reason)
+        except Exception as exc:
+            self._failed_checkpoint = f"{type(exc).__name__}: {exc}"
+            self._problems.report(("checkpoint", type(exc).__name__),
+                                  f"the {reason} checkpoint at step {step} could not be "
+                                  f"written ({self._failed_checkpoint}); training goes on as "
+                                  "the policy says")
+            return None
 
     def remember_step(self, record: Mapping[str, Any],
-                      layer_norms: Optional[Mapping[str, float]] = None) -> None:
+                      layer_norms: Mapping[str, float] | None = None) -> None:
         self.history.append(record)
         if layer_norms is not None:
             self.layer_norms = (record[Step.STEP], layer_norms)
@@ -39,27 +66,39 @@ class Responder:
     def remember_hardware(self, record: Mapping[str, Any]) -> None:
         self.hardware = record
 
-    def respond(self, found: List[Anomaly], fallback_step: int) -> None:
+    def respond(self, found: list[Anomaly], fallback_step: int) -> None:
         """Fill in each anomaly's actions, checkpoint and report (one checkpoint per call:
         several anomalies of one step share it)."""
         checkpoint = None
-        save, resume_hint = self.framework.save_checkpoint, self.framework.resume_hint
+        tried = False
+        resume_hint = self.framework.resume_hint
         for anomaly in found:
             if not anomaly.actions:      # peer stops come with the originating rank's actions
                 anomaly.actions = self.policy.actions_for(anomaly.kind)
             if "checkpoint" in anomaly.actions:
-                if checkpoint is None and save is not None:
-                    checkpoint = save(anomaly.step or fallback_step)
+                if not tried:
+                    checkpoint, tried = self.checkpoint(anomaly.step or fallback_step,
+                                                        "anomaly"), True
                 anomaly.checkpoint = checkpoint
             if anomaly.actions != ["warn"]:
-                anomaly.report = write_report(
-                    log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
-                    history=list(self.history), hardware=self.hardware,
-                    notes=self._notes(anomaly), top_layers=self._top_layers(anomaly),
-                    resume_snippet=resume_hint(checkpoint) if checkpoint and resume_hint
-                    else None)
+                anomaly.report = self._write_report(
+                    anomaly, resume_hint(checkpoint) if checkpoint and resume_hint else None)
 
-    def _top_layers(self, anomaly: Anomaly) -> Optional[List[list]]:
+    def _write_report(self, anomaly: Anomaly, resume: str | None) -> str | None:
+        try:
+            return write_report(
+                log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
+                history=list(self.history), hardware=self.hardware,
+                notes=self._notes(anomaly), top_layers=self._top_layers(anomaly),
+                resume_snippet=resume)
+        except OSError as exc:
+            self._problems.report(("report", exc.errno),
+                                  f"the anomaly report for step {anomaly.step} could not be "
+                                  f"written ({type(exc).__name__}: {exc}); its record is in "
+                                  "the run log")
+            return None
+
+    def _top_layers(self, anomaly: Anomaly) -> list[list] | None:
         """For gradient anomalies: the layers with the largest (or non-finite) gradient norm
         at that step, when per-layer norms are measured."""
         if anomaly.kind not in GRADIENT_KINDS or self.layer_norms is None:
@@ -72,9 +111,9 @@ class Responder:
                                                           if math.isfinite(item[1]) else 0))
         return [[name, value] for name, value in ranked[:TOP_LAYERS]]
 
-    def _notes(self, anomaly: Anomaly) -> List[str]:
+    def _notes(self, anomaly: Anomaly) -> list[str]:
         notes = self.framework.report_notes()
-        last: Optional[Mapping[str, Any]] = self.history[-1] if self.history else None
+        last: Mapping[str, Any] | None = self.history[-1] if self.history else None
         if anomaly.checkpoint and last is not None and last.get(Step.STEP) == anomaly.step:
             if last.get(Step.SKIPPED):
                 notes.append(f"the checkpoint holds the last good weights: step {anomaly.step}'s "
@@ -83,7 +122,9 @@ class Responder:
                 notes.append(f"the checkpoint's weights INCLUDE step {anomaly.step}'s update "
                              "(it was not withheld: train with monitor.wrap(..., "
                              "skip_anomalous_updates=True) to keep the last good weights)")
-        if "checkpoint" in anomaly.actions and anomaly.checkpoint is None:
+        if "checkpoint" in anomaly.actions and self._failed_checkpoint is not None:
+            notes.append(f"the checkpoint could not be written: {self._failed_checkpoint}")
+        elif "checkpoint" in anomaly.actions and anomaly.checkpoint is None:
             notes.append("no checkpoint was written: no weights are known to this monitor "
                          "(use mindwatch.mindspore.TrainMonitor, or build the Monitor with "
                          "framework=FrameworkHooks(save_checkpoint=...))")

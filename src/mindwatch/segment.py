@@ -8,9 +8,10 @@ the smoothed loss, the responder's recent history) lives in the monitor.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
-from .anomaly import PEER_STOP, Anomaly
+from . import records
+from .anomaly import PEER_STOP, SIGNAL_STOP, SINK_ERROR, Anomaly
 from .records import StoppedBy
 
 
@@ -21,16 +22,28 @@ class RunSegment:
     started: bool = False                   # the ``run`` record is written
     closed: bool = False                    # the ``end`` record is written, sinks closed
     last_step: int = 0                      # global step of the latest observation
-    stop_requested: Optional[Anomaly] = None  # the first anomaly (or request) that stops it
-    anomalies: List[Anomaly] = field(default_factory=list)
+    stop_requested: Anomaly | None = None   # the first anomaly (or request) that stops it
+    anomalies: list[Anomaly] = field(default_factory=list)
     # Hardware findings from the sampler thread, acted on by the training thread.
-    pending: List[Anomaly] = field(default_factory=list)
+    pending: list[Anomaly] = field(default_factory=list)
+    signal: int | None = None               # the signal that stops it, once acted on
+    sink_error: str | None = None           # the sink failure that stops it (on "raise")
 
     @classmethod
-    def begin(cls, now: float) -> "RunSegment":
+    def begin(cls, now: float) -> RunSegment:
         return cls(start_perf=now, last_perf=now)
 
-    def stopped_by(self, own_rank: int) -> Optional[Dict[str, Any]]:
+    def end_reason(self, error: str | None) -> str:
+        """The ``end`` record's reason: error, signal (ours or a peer's), stopped, completed."""
+        stop = self.stop_requested
+        if error or (stop is not None and stop.kind == SINK_ERROR):
+            return records.ERROR
+        if stop is None:
+            return records.COMPLETED
+        kind = stop.origin[1] if stop.kind == PEER_STOP and stop.origin else stop.kind
+        return records.SIGNAL if kind == SIGNAL_STOP else records.STOPPED
+
+    def stopped_by(self, own_rank: int) -> dict[str, Any] | None:
         """What stopped this segment, for the ``end`` record: the anomaly kind, the step and
         the rank where it was found (another rank's, for a ``peer_stop``)."""
         stop = self.stop_requested

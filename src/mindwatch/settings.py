@@ -13,8 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The checks live in .checks; they are re-exported here, where other modules import them.
-from .checks import check_bool, check_choice, check_int, check_number
+from .checks import check_bool, check_choice, check_int, check_number, check_token
 from .policy import resolve_policies
+
+SIGNAL_POLICIES = ("checkpoint_and_stop", "stop", None)
+SINK_ERROR_POLICIES = ("warn", "raise")
+# Ceilings far beyond any real use: a bigger count overflows the rules' windows (C-sized
+# deques) and a longer interval the sampler thread's timed wait.
+MAX_COUNT = 10**9
+MAX_INTERVAL_S = 86400.0
 
 __all__ = [
     "MonitorSettings",
@@ -22,6 +29,7 @@ __all__ = [
     "check_choice",
     "check_int",
     "check_number",
+    "check_token",
     "setting",
 ]
 
@@ -113,6 +121,18 @@ class MonitorSettings:
         "policy over the defaults. Policies: `'warn'`, `'stop'`, `'checkpoint_and_stop'`. "
         "None: `checkpoint_and_stop` for `loss_nonfinite`, "
         "`gradient_nonfinite`, `gradient_explode` and `overheat`, `warn` for the rest.")
+    on_signal: str | None = setting(
+        "checkpoint_and_stop", "SIGTERM or SIGINT during training: `'checkpoint_and_stop'` "
+        "or `'stop'` finish the current step (writing a checkpoint for the first), stop every "
+        "rank after the same step, end the log with reason `signal`, then let the signal take "
+        "its usual course (exit status 143 for SIGTERM); a second signal exits at once. None: "
+        "signals are left alone. Handlers are installed on the main thread only, previous "
+        "handlers are chained.")
+    on_sink_error: str = setting(
+        "warn", "A sink that cannot write (full disk, vanished directory, lost permission): "
+        "`'warn'` says so once, keeps trying and resumes when it can, while training and the "
+        "other sinks go on; `'raise'` stops training cleanly after the step (end reason "
+        "`error`) and `model.train` raises `SinkError`.")
     # hardware
     max_temperature_c: float = setting(
         85.0, "`overheat` when a device's temperature is at or above this for "
@@ -127,8 +147,8 @@ class MonitorSettings:
         0.05, "`memory_pressure` when the host's available / total memory is below this for "
         "2 hardware samples in a row. In (0, 1).", "fraction")
     hardware_interval_s: float | None = setting(
-        2.0, "Seconds between hardware samples, taken on a background thread. None: no "
-        "sampling, no `hardware` records, no `overheat` or `memory_pressure`.", "s")
+        2.0, "Seconds between hardware samples, taken on a background thread; at most 86400. "
+        "None: no sampling, no `hardware` records, no `overheat` or `memory_pressure`.", "s")
     all_devices: bool = setting(
         False, "Sample every accelerator of the machine. Off: only this rank's devices (from "
         "the launcher's visible-devices variables).")
@@ -140,8 +160,13 @@ class MonitorSettings:
         False, "Also write MindInsight summary files to `summary/mindwatch_rank<R>/` (needs "
         "MindSpore: `TrainMonitor` only).")
     prometheus_port: int | None = setting(
-        None, "Serve Prometheus gauges at `http://127.0.0.1:<port + local rank>/metrics` "
-        "(needs prometheus-client); 0 takes a free port. None: off.", "TCP port")
+        None, "Serve Prometheus gauges at `http://<prometheus_host>:<port + local "
+        "rank>/metrics` (needs prometheus-client); 0 takes a free port. None: off.",
+        "TCP port")
+    prometheus_host: str = setting(
+        "127.0.0.1", "The address the Prometheus server binds (a host name or IP address). "
+        "The default serves this machine only; the metrics have no authentication, so bind "
+        "a wider one (`'0.0.0.0'`: every interface) only on purpose.")
     # the run log
     resume: bool = setting(
         False, "Append a new run segment to an existing `rank_<R>.jsonl`. Off: an existing, "
@@ -149,18 +174,18 @@ class MonitorSettings:
     policies: dict[str, str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_int("print_interval", self.print_interval, minimum=1)
+        check_int("print_interval", self.print_interval, minimum=1, maximum=MAX_COUNT)
         check_bool("print_all_ranks", self.print_all_ranks)
         check_number("loss_smoothing", self.loss_smoothing, low=0.0, high=1.0, high_open=True)
-        check_int("batch_size", self.batch_size, minimum=1, optional=True)
+        check_int("batch_size", self.batch_size, minimum=1, optional=True, maximum=MAX_COUNT)
         check_number("grad_explode", self.grad_explode, low=0.0, low_open=True)
         check_number("grad_vanish", self.grad_vanish, low=0.0)
         if self.grad_vanish >= self.grad_explode:
             raise ValueError(f"grad_vanish ({self.grad_vanish}) must be below grad_explode "
                              f"({self.grad_explode})")
-        check_int("grad_vanish_steps", self.grad_vanish_steps, minimum=1)
-        check_int("spike_window", self.spike_window, minimum=4)
-        check_int("spike_warmup", self.spike_warmup, minimum=2)
+        check_int("grad_vanish_steps", self.grad_vanish_steps, minimum=1, maximum=MAX_COUNT)
+        check_int("spike_window", self.spike_window, minimum=4, maximum=MAX_COUNT)
+        check_int("spike_warmup", self.spike_warmup, minimum=2, maximum=MAX_COUNT)
         if self.spike_warmup > self.spike_window:
             raise ValueError(f"spike_warmup ({self.spike_warmup}) must not exceed spike_window "
                              f"({self.spike_window})")
@@ -168,26 +193,29 @@ class MonitorSettings:
             check_number(name, getattr(self, name), low=0.0, low_open=True)
         for name in ("loss_spike_ratio", "grad_spike_ratio", "lr_jump_factor"):
             check_number(name, getattr(self, name), low=1.0, low_open=True)
-        check_int("loss_rising_window", self.loss_rising_window, minimum=4)
+        check_int("loss_rising_window", self.loss_rising_window, minimum=4, maximum=MAX_COUNT)
         check_number("loss_rising_min", self.loss_rising_min, low=0.0, low_open=True)
-        check_int("layer_norms_interval", self.layer_norms_interval, minimum=1)
-        check_int("straggler_window", self.straggler_window, minimum=2)
+        check_int("layer_norms_interval", self.layer_norms_interval, minimum=1, maximum=MAX_COUNT)
+        check_int("straggler_window", self.straggler_window, minimum=2, maximum=MAX_COUNT)
         check_number("straggler_factor", self.straggler_factor, low=1.0, low_open=True)
         self.policies = resolve_policies(self.on_anomaly)
+        check_choice("on_signal", self.on_signal, SIGNAL_POLICIES)
+        check_choice("on_sink_error", self.on_sink_error, SINK_ERROR_POLICIES)
         check_number("max_temperature_c", self.max_temperature_c, low=0.0, low_open=True)
-        check_int("overheat_samples", self.overheat_samples, minimum=1)
+        check_int("overheat_samples", self.overheat_samples, minimum=1, maximum=MAX_COUNT)
         check_number("memory_pressure_device", self.memory_pressure_device, low=0.0,
                      low_open=True, high=1.0)
-        check_number("memory_pressure_host", self.memory_pressure_host, low=0.0, high=1.0,
-                     high_open=True)
+        check_number("memory_pressure_host", self.memory_pressure_host, low=0.0, low_open=True,
+                     high=1.0, high_open=True)
         check_bool("all_devices", self.all_devices)
         check_number("hardware_interval_s", self.hardware_interval_s, low=0.0, low_open=True,
-                     optional=True)
+                     high=MAX_INTERVAL_S, optional=True)
         check_bool("tensorboard", self.tensorboard)
         check_bool("mindinsight", self.mindinsight)
         check_int("prometheus_port", self.prometheus_port, minimum=0, optional=True)
         if self.prometheus_port is not None and self.prometheus_port > 65535:
             raise ValueError(f"prometheus_port must be <= 65535; got {self.prometheus_port}")
+        check_token("prometheus_host", self.prometheus_host)
         check_bool("resume", self.resume)
 
     @classmethod

@@ -6,8 +6,15 @@ import random
 import pytest
 
 from mindwatch import MonitorSettings
-from mindwatch.detectors import (GradBoundsDetector, LossRisingDetector, LrAnomalyDetector,
-                                 NonFiniteDetector, build_detectors, grad_spike, loss_spike)
+from mindwatch.detectors import (
+    GradBoundsDetector,
+    LossRisingDetector,
+    LrAnomalyDetector,
+    NonFiniteDetector,
+    build_detectors,
+    grad_spike,
+    loss_spike,
+)
 from mindwatch.observation import StepObservation
 
 
@@ -78,7 +85,7 @@ def test_spike_warmup_and_episodes():
     series = [1.0 + 0.01 * (i % 3) for i in range(20)]
     assert kinds(detector, [50.0] + [1.0] * 0) == []          # no history yet: silent
     detector = loss_spike(warmup=20, window=64)
-    series = series + [50.0, 60.0, 1.0, 55.0]
+    series = [*series, 50.0, 60.0, 1.0, 55.0]
     assert kinds(detector, series) == [21, 24]                  # one alarm per episode
 
 
@@ -116,14 +123,14 @@ def test_every_detector_state_round_trips():
     for step, loss in enumerate(series[:30], start=1):
         for detector in first:
             detector.update(obs(step, loss=loss, grad_norm=loss / 3, lr=1e-3))
-    for source, target in zip(first, second):
+    for source, target in zip(first, second, strict=True):
         target.load_state_dict(copy.deepcopy(source.state_dict()))
         assert target.state_dict() == source.state_dict()
     # Restored detectors behave exactly as the originals from there on, a spike included.
-    tail = series[30:] + [series[-1] * 50]
+    tail = [*series[30:], series[-1] * 50]
     for step, loss in enumerate(tail, start=31):
         observation = obs(step, loss=loss, grad_norm=loss / 3, lr=1e-3)
-        for source, target in zip(first, second):
+        for source, target in zip(first, second, strict=True):
             assert [(a.kind, a.step) for a in source.update(observation)] == \
                 [(a.kind, a.step) for a in target.update(observation)]
     assert any(d.state_dict() for d in first)

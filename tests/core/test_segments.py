@@ -82,8 +82,8 @@ def test_a_new_segment_after_a_peer_stop_starts_clean(tmp_path, clock):
 def test_framework_hooks_are_used_for_checkpoints_notes_and_resume_hints(tmp_path, clock):
     saved = []
 
-    def save(step):
-        saved.append(step)
+    def save(step, reason):
+        saved.append((step, reason))
         return str(tmp_path / "checkpoints" / f"at{step}.ckpt")
 
     notes = ["weights live on 8 devices"]
@@ -94,7 +94,7 @@ def test_framework_hooks_are_used_for_checkpoints_notes_and_resume_hints(tmp_pat
     notes.append("added after construction")
     monitor.observe(step=2, loss=math.inf)
     monitor.close()
-    assert saved == [2]
+    assert saved == [(2, "anomaly")]
     log = read_rank_log(str(tmp_path / "rank_0.jsonl"))
     assert log.records[0]["versions"]["mindspore"] == "9.9"
     anomaly = log.anomalies[0]

@@ -28,7 +28,7 @@ def test_bad_settings_name_the_argument(kwargs, error, names):
 
 
 def test_unknown_setting_lists_known_ones(tmp_path):
-    with pytest.raises(TypeError, match="grad_exlpode.*known settings:.*grad_explode"):
+    with pytest.raises(TypeError, match=r"grad_exlpode.*known settings:.*grad_explode"):
         Monitor(str(tmp_path), grad_exlpode=5.0)
 
 

@@ -67,7 +67,7 @@ def test_hanging_tool_times_out(tmp_path):
         assert probe.sample() == []
         assert time.monotonic() - start < 2.0
     assert probe.pop_new_messages() == [
-        f"'{exe} info' gave no answer within 0.3 s; NPU samples skipped while it hangs"]
+        f"'{exe} info' gave no answer within 0.3 s; NPU samples are null while it hangs"]
     assert probe.last_error and probe.enabled
 
 
@@ -75,9 +75,8 @@ def test_nonzero_exit_without_table(tmp_path):
     exe = fake_npu_smi(tmp_path, "echo 'dcmi module initialize failed. ret is -8005' >&2; exit 1")
     probe = NpuSmiProbe(executable=str(exe))
     assert probe.sample() == [] and probe.sample() == []
-    assert probe.pop_new_messages() == [
-        f"'{exe} info' exited with status 1: dcmi module initialize failed. ret is -8005",
-        f"'{exe} info' printed no NPU table (empty)"]
+    assert probe.pop_new_messages() == [    # one problem: no second "no table" message
+        f"'{exe} info' exited with status 1: dcmi module initialize failed. ret is -8005"]
     assert probe.pop_new_messages() == []
 
 
@@ -98,11 +97,14 @@ def test_garbage_output(tmp_path):
     assert calls(tmp_path) == ["info", "info"]  # no mapping asked for a tool that says nothing
 
 
-@pytest.mark.parametrize("kind", ["absent", "not executable", "not on PATH"])
-def test_missing_executable_gives_up(tmp_path, monkeypatch, kind):
+@pytest.mark.parametrize("kind", ["absent", "not executable", "not on PATH", "not a program"])
+def test_missing_executable_gives_up_with_one_message(tmp_path, monkeypatch, kind):
     exe = tmp_path / "npu-smi"
-    if kind == "not executable":
+    if kind == "not executable":        # root too needs an x bit to exec a file
         exe.write_text("#!/bin/sh\n")
+    if kind == "not a program":         # executable, but neither ELF nor script: ENOEXEC
+        exe.write_bytes(b"\x00\x01garbage")
+        exe.chmod(0o755)
     if kind == "not on PATH":
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
         exe = "npu-smi"
@@ -112,8 +114,11 @@ def test_missing_executable_gives_up(tmp_path, monkeypatch, kind):
     assert not probe.enabled
     assert probe.disabled_reason == (f"{exe} could not be run {MAX_MISSING_TRIES} times "
                                      "in a row; NPU sampling is off")
-    first, last = probe.pop_new_messages()
-    assert first.startswith(f"{exe} cannot be run (") and last == probe.disabled_reason
+    [message] = probe.pop_new_messages()
+    error = {"absent": "FileNotFoundError", "not on PATH": "FileNotFoundError",
+             "not executable": "PermissionError", "not a program": "OSError"}[kind]
+    assert message.startswith(f"{exe} cannot be run ({error}: ")
+    assert message.endswith(f"NPU sampling is off after {MAX_MISSING_TRIES} failures in a row")
     assert probe.sample() == [] and probe.pop_new_messages() == []
 
 
@@ -133,7 +138,8 @@ def test_gives_up_only_after_consecutive_misses(npu_smi_fixtures):
 
     probe = NpuSmiProbe(runner=runner)
     results = [probe.sample() for _ in range(6)]
-    assert results == [[], [], B1_SAMPLES, [], [], B1_SAMPLES] and probe.enabled
+    nulls = [DeviceSample("npu", 0), DeviceSample("npu", 1)]     # known once seen
+    assert results == [[], [], B1_SAMPLES, nulls, nulls, B1_SAMPLES] and probe.enabled
     assert len(probe.pop_new_messages()) == 1
 
 

@@ -2,8 +2,9 @@
 
     msrun ... multirank_trainer.py LOG_DIR OUT_DIR SCENARIO
 
-SCENARIO: healthy | nan_rank1 | overheat_rank0 | straggler_rank1. Data parallel on the CPU,
-each rank its own data, gradients reduced by monitor.wrap.
+SCENARIO: healthy | nan_rank1 | overheat_rank0 | straggler_rank1 | long (runs until a signal
+stops it). Data parallel on the CPU, each rank its own data, gradients reduced by
+monitor.wrap.
 """
 import os
 import sys
@@ -17,9 +18,8 @@ from mindspore.communication import get_rank, init
 from mindspore.train import Callback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ms_helpers import make_regressor, regression_arrays  # noqa: E402
-
-from mindwatch.mindspore import TrainMonitor  # noqa: E402
+from mindwatch.mindspore import TrainMonitor
+from ms_helpers import make_regressor, regression_arrays
 
 NAN_STEP = 5
 
@@ -53,6 +53,8 @@ def main(log_dir, out_dir, scenario):
         settings.update(hardware_interval_s=0.1, max_temperature_c=85.0, overheat_samples=3)
         if rank == 0:
             os.environ["PATH"] = os.environ["FAKE_NPU_DIR"] + os.pathsep + os.environ["PATH"]
+    if scenario == "long":
+        steps, epochs, callbacks = 1000, 1, [Slow()]
     if scenario == "straggler_rank1":
         steps, epochs = 40, 1
         settings.update(straggler_window=10)
@@ -62,7 +64,7 @@ def main(log_dir, out_dir, scenario):
                         nn.Adam(net.trainable_params(), learning_rate=0.01))
     data = batches(rank, steps, NAN_STEP if scenario == "nan_rank1" and rank == 1 else None,
                    slow=scenario == "straggler_rank1" and rank == 1)
-    ms.train.Model(step).train(epochs, data, callbacks=callbacks + [monitor],
+    ms.train.Model(step).train(epochs, data, callbacks=[*callbacks, monitor],
                                dataset_sink_mode=False)
     np.savez(os.path.join(out_dir, f"weights_rank{rank}.npz"),
              **{p.name: p.asnumpy() for p in net.get_parameters()})

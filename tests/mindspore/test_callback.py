@@ -8,9 +8,9 @@ from mindspore import nn, ops
 from mindspore.train import Callback
 from mindspore.train.callback import RunContext, _InternalCallbackParam
 
-from ms_helpers import make_regressor, regression_arrays, regression_dataset, weights_of
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.runlog import read_rank_log
+from ms_helpers import make_regressor, regression_arrays, regression_dataset, weights_of
 
 
 def _log(tmp_path):

@@ -1,4 +1,6 @@
-"""A run killed with SIGKILL mid-training leaves a log whose every complete line parses."""
+"""A run killed with SIGKILL mid-training leaves a log whose every complete line parses, and
+the readers go on past what repeated kills leave (benchmarks/crash_loop.py, a few rounds)."""
+import importlib.util
 import os
 import signal
 import subprocess
@@ -61,3 +63,27 @@ def test_sigkill_leaves_parseable_log(tmp_path):
     steps = [s["step"] for s in log.steps]
     assert len(steps) >= 40 and steps == list(range(1, len(steps) + 1))
     assert log.end is None                      # no clean end: the process was killed
+
+
+def _crash_loop():
+    """benchmarks/crash_loop.py, the repeated version of the test above (not a package)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "crash_loop.py")
+    spec = importlib.util.spec_from_file_location("crash_loop", os.path.abspath(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("crash_loop", module)      # its dataclasses look themselves up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_repeated_kills_in_appended_segments_leave_readable_logs(tmp_path):
+    """Four kills into one run directory (resume=True), each followed by a cut last line: from
+    the second on, the readers meet torn lines in the middle, and every check of the
+    benchmark (lines, checkpoints, summary, report, watch) must pass."""
+    tally = _crash_loop().run(iterations=4, seed=3, segments=4, tear=1.0, work=str(tmp_path),
+                              kill_after=(3.0, 5.0), keep=True)
+    assert tally.failures == [], "\n".join(tally.failures)
+    assert tally.iterations == tally.kills == 4 and tally.kills_in_training >= 2
+    assert tally.torn_lines >= 2 and tally.torn_in_middle_read >= 1
+    assert tally.checkpoints_loaded >= 1 and tally.lines_checked > 100
+    log = read_rank_log(str(tmp_path / "run0" / "rank_0.jsonl"))
+    assert len(log.of_kind("run")) >= 2 and log.skipped >= 2 and log.end is None

@@ -11,7 +11,7 @@ MINDWATCH = [sys.executable, "-m", "mindwatch.cli"]
 
 
 def _demo(out, *args):
-    return subprocess.run(MINDWATCH + ["demo", "--out", str(out), *args], capture_output=True,
+    return subprocess.run([*MINDWATCH, "demo", "--out", str(out), *args], capture_output=True,
                           text=True, timeout=300)
 
 
@@ -30,7 +30,7 @@ def test_demo_trains_and_loss_falls(tmp_path):
     assert all(s["grad_norm"] is not None and s["grad_norm"] > 0 for s in steps)
     # The demo's dataset rows are whole batches of 16 sequences: throughput counts sequences.
     assert all(s["samples_per_s"] == pytest.approx(16 / s["step_time_s"]) for s in steps)
-    summary = subprocess.run(MINDWATCH + ["summary", str(tmp_path / "run")], capture_output=True,
+    summary = subprocess.run([*MINDWATCH, "summary", str(tmp_path / "run")], capture_output=True,
                              text=True, timeout=60)
     assert summary.returncode == 0 and "HEALTHY" in summary.stdout
 
@@ -52,7 +52,7 @@ def test_injected_faults_are_caught(tmp_path, fault, kind, stops):
     assert (log.end["reason"] == "stopped") is stops
     if stops:
         assert os.path.exists(first["checkpoint"]) and first["report"]
-    summary = subprocess.run(MINDWATCH + ["summary", str(tmp_path / "run")], capture_output=True,
+    summary = subprocess.run([*MINDWATCH, "summary", str(tmp_path / "run")], capture_output=True,
                              text=True, timeout=60)
     assert summary.returncode == 1
 

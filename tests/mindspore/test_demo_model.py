@@ -6,11 +6,10 @@ import math
 
 import numpy as np
 import pytest
+from mindspore import Tensor, nn
 
-from mindspore import Tensor, nn  # noqa: E402
-
-from mindwatch.mindspore.demo import data  # noqa: E402
-from mindwatch.mindspore.demo.model import LMWithLoss, TinyGPT, WarmupCosineLR, build_demo  # noqa: E402
+from mindwatch.mindspore.demo import data
+from mindwatch.mindspore.demo.model import LMWithLoss, TinyGPT, WarmupCosineLR, build_demo
 
 
 def _batches(dataset):
@@ -34,7 +33,7 @@ def test_dataset_shapes_dtypes_and_shift():
         assert tokens.min() >= 0 and tokens.max() < data.vocab_size()
         # Next-character targets: the window shifted left by one.
         np.testing.assert_array_equal(targets[:, :-1], tokens[:, 1:])
-        for row_tokens, row_targets in zip(tokens, targets):
+        for row_tokens, row_targets in zip(tokens, targets, strict=True):
             window = np.concatenate([row_tokens, row_targets[-1:]])
             hits = np.flatnonzero(corpus[: len(corpus) - 16] == window[0])
             assert any(np.array_equal(corpus[h:h + 17], window) for h in hits)
@@ -44,10 +43,10 @@ def test_dataset_is_deterministic_per_seed():
     a = _batches(data.make_dataset(batch_size=4, seq_len=16, num_batches=3, seed=7))
     b = _batches(data.make_dataset(batch_size=4, seq_len=16, num_batches=3, seed=7))
     c = _batches(data.make_dataset(batch_size=4, seq_len=16, num_batches=3, seed=8))
-    for (ta, ya), (tb, yb) in zip(a, b):
+    for (ta, ya), (tb, yb) in zip(a, b, strict=True):
         np.testing.assert_array_equal(ta, tb)
         np.testing.assert_array_equal(ya, yb)
-    assert not all(np.array_equal(ta, tc) for (ta, _), (tc, _) in zip(a, c))
+    assert not all(np.array_equal(ta, tc) for (ta, _), (tc, _) in zip(a, c, strict=True))
 
 
 def test_parameter_names_are_layer_prefixed():
@@ -64,7 +63,8 @@ def test_training_in_graph_mode_lowers_the_loss(graph_mode):
     net, optimizer, dataset = build_demo(seed=0, steps=steps, batch_size=16, seq_len=48)
     train_step = nn.TrainOneStepCell(net, optimizer)
     train_step.set_train()
-    losses = [float(train_step(t, y).asnumpy()) for t, y in dataset.create_tuple_iterator(num_epochs=1)]
+    losses = [float(train_step(t, y).asnumpy())
+              for t, y in dataset.create_tuple_iterator(num_epochs=1)]
     assert len(losses) == steps
     assert all(math.isfinite(x) for x in losses)
     # An untrained model is close to uniform over the vocabulary.

@@ -5,9 +5,9 @@ import mindspore as ms
 import pytest
 from mindspore import nn
 
-from ms_helpers import make_regressor, regression_dataset
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.runlog import read_rank_log
+from ms_helpers import make_regressor, regression_dataset
 
 STEPS = 8   # float32 schedules: compare to 1e-5; neighbouring steps differ by >5%
 
@@ -56,3 +56,38 @@ def test_lr_is_the_one_applied_at_each_step(tmp_path, quiet, graph_mode, case, b
             assert record["lr_groups"] == pytest.approx(want, rel=1e-5)
         else:
             assert "lr_groups" not in record
+
+
+class _Knob(nn.learning_rate_schedule.LearningRateSchedule):
+    """A schedule with a Parameter of its own, turned between steps (as fault injection does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.CosineDecayLR(0.001, 0.1, 6)
+        self.factor = ms.Parameter(ms.Tensor(1.0, ms.float32), name="factor",
+                                   requires_grad=False)
+
+    def construct(self, global_step):
+        return self.inner(global_step) * self.factor
+
+
+class _NotElementwise(nn.learning_rate_schedule.LearningRateSchedule):
+    """Gives one value for a whole vector of steps: must be read one step at a time."""
+
+    def construct(self, global_step):
+        return 0.1 / (1.0 + ms.ops.reduce_max(global_step.astype(ms.float32)))
+
+
+def test_chunked_schedules_follow_knobs_and_fall_back_when_not_elementwise(pynative_mode):
+    from mindwatch.mindspore.lr import CHUNK, LrReader
+
+    knob, reader = _Knob(), LrReader()
+    assert reader._schedule_value(knob, 3) == pytest.approx(cosine(3), rel=1e-6)
+    knob.factor.set_data(ms.Tensor(10.0, ms.float32))
+    assert reader._schedule_value(knob, 3) == pytest.approx(10 * cosine(3), rel=1e-6)
+    assert reader._schedule_value(knob, CHUNK + 5) == pytest.approx(10 * cosine(6), rel=1e-6)
+
+    odd = _NotElementwise()
+    for step in (0, 1, 7, CHUNK + 2):
+        assert reader._schedule_value(odd, step) == pytest.approx(0.1 / (1 + step), rel=1e-6)
+    assert reader._schedules[id(odd)]._vectorised is False

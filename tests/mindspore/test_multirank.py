@@ -2,16 +2,18 @@
 
 Each test has a hard timeout, so a hang fails fast instead of blocking CI."""
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-from mindwatch.runlog import read_run
 from test_overheat_e2e import heating_npu_smi
+
+from mindwatch.runlog import read_rank_log, read_run
 
 pytestmark = [pytest.mark.msrun, pytest.mark.timeout(240)]
 HERE = Path(__file__).resolve().parent
@@ -24,19 +26,40 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def msrun(tmp_path, scenario, **env):
-    log_dir, out_dir = tmp_path / "run", tmp_path / "out"
-    out_dir.mkdir()
+def _environment(**env):
     environment = dict(os.environ, **env)
     # msrun starts workers with the `python` on PATH: make it this interpreter.
     environment["PATH"] = os.path.dirname(sys.executable) + os.pathsep + environment["PATH"]
     for name in ("RANK_ID", "RANK_SIZE", "DEVICE_ID", "MS_WORKER_NUM", "MS_NODE_ID"):
         environment.pop(name, None)
-    command = [sys.executable, "-m", "mindspore.parallel.cluster.run", "--worker_num=2",
-               "--local_worker_num=2", f"--master_port={_free_port()}",
-               f"--log_dir={tmp_path / 'msrun_logs'}", "--join=True",
-               str(TRAINER), str(log_dir), str(out_dir), scenario]
-    result = subprocess.run(command, env=environment, capture_output=True, text=True,
+    return environment
+
+
+def _msrun_command(tmp_path, log_dir, out_dir, scenario):
+    return [sys.executable, "-m", "mindspore.parallel.cluster.run", "--worker_num=2",
+            "--local_worker_num=2", f"--master_port={_free_port()}",
+            f"--log_dir={tmp_path / 'msrun_logs'}", "--join=True",
+            str(TRAINER), str(log_dir), str(out_dir), scenario]
+
+
+def _wait_for_steps(process, log_dir, *, ranks, steps, timeout=120):
+    """The worker pids (from each rank's run record) once every rank logged ``steps``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        paths = [log_dir / f"rank_{rank}.jsonl" for rank in range(ranks)]
+        if all(p.exists() and p.read_bytes().count(b'"kind":"step"') >= steps for p in paths):
+            return [read_rank_log(str(p)).run["pid"] for p in paths]
+        if process.poll() is not None:
+            raise AssertionError(f"msrun ended early:\n{process.stderr.read()[-3000:]}")
+        time.sleep(0.05)
+    raise AssertionError(f"the ranks never logged {steps} steps each")
+
+
+def msrun(tmp_path, scenario, **env):
+    log_dir, out_dir = tmp_path / "run", tmp_path / "out"
+    out_dir.mkdir()
+    result = subprocess.run(_msrun_command(tmp_path, log_dir, out_dir, scenario),
+                            env=_environment(**env), capture_output=True, text=True,
                             timeout=200, cwd=tmp_path)
     worker_logs = "\n".join(p.read_text(errors="replace")[-3000:]
                             for p in sorted((tmp_path / "msrun_logs").glob("worker_*.log")))
@@ -113,3 +136,35 @@ def test_slow_data_pipeline_rank_is_a_straggler(tmp_path):
     assert not [a for a in first.anomalies if a["anomaly"] == "straggler"]
     assert first.end["reason"] == second.end["reason"] == "completed"
     assert [s["step"] for s in second.steps] == list(range(1, 41))
+
+
+@pytest.mark.parametrize("targets", [(1,), (0, 1)], ids=["rank1-only", "every-rank"])
+def test_sigterm_stops_every_rank_after_the_same_step(tmp_path, targets):
+    log_dir, out_dir = tmp_path / "run", tmp_path / "out"
+    out_dir.mkdir()
+    process = subprocess.Popen(_msrun_command(tmp_path, log_dir, out_dir, "long"),
+                               env=_environment(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        pids = _wait_for_steps(process, log_dir, ranks=2, steps=5)
+        for rank in targets:                    # a scheduler signals every task; or one dies
+            os.kill(pids[rank], signal.SIGTERM)
+        process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    run = read_run(str(log_dir))
+    ends = [log.end for log in run.ranks]
+    assert all(end is not None for end in ends), [log.records[-2:] for log in run.ranks]
+    assert [end["reason"] for end in ends] == ["signal", "signal"]
+    assert ends[0]["steps"] == ends[1]["steps"]           # the same step on every rank
+    step = ends[0]["steps"]
+    for log in run.ranks:
+        assert log.steps[-1]["step"] == step
+        origin = 1 if targets == (1,) else log.rank
+        assert log.end["stopped_by"] == {"anomaly": "signal", "step": step, "rank": origin}
+    if targets == (1,):
+        [peer] = [a for a in run.ranks[0].anomalies if a["anomaly"] == "peer_stop"]
+        assert peer["step"] == step and peer["actions"] == ["checkpoint", "stop"]
+        assert os.path.exists(peer["checkpoint"])
+    assert (log_dir / "checkpoints" / f"signal_step{step}_rank1.ckpt").exists()

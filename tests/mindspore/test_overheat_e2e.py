@@ -10,9 +10,9 @@ import mindspore as ms
 from mindspore import nn
 from mindspore.train import Callback
 
-from ms_helpers import make_regressor, regression_dataset
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.runlog import read_rank_log
+from ms_helpers import make_regressor, regression_dataset
 
 FIXTURE = "info-23.0.rc3.3-910B1.txt"
 RANK_VARS = ("DEVICE_ID", "ASCEND_RT_VISIBLE_DEVICES", "RANK_ID", "RANK", "LOCAL_RANK",

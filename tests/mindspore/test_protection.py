@@ -3,12 +3,12 @@ import json
 
 import mindspore as ms
 import numpy as np
+from mindspore import dataset as ds
 from mindspore import nn
 
-from ms_helpers import make_regressor, regression_arrays, regression_dataset
-from mindspore import dataset as ds
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.runlog import read_rank_log
+from ms_helpers import make_regressor, regression_arrays, regression_dataset
 
 
 def test_without_wrap_the_report_says_the_weights_include_the_bad_update(tmp_path, quiet,
@@ -50,7 +50,7 @@ def test_explosion_report_names_the_offending_layers(tmp_path, quiet, graph_mode
     # The per-layer norms compose to the global norm.
     total = np.sqrt(sum(v ** 2 for v in layers.values()))
     assert abs(total - log.steps[1]["grad_norm"]) / total < 1e-5
-    explode = [a for a in log.anomalies if a["anomaly"] == "gradient_explode"][0]
+    explode = next(a for a in log.anomalies if a["anomaly"] == "gradient_explode")
     report = json.loads((tmp_path / "anomalies" / "step6_rank0.json").read_text())
     names = [name for name, _ in report["top_layers"]]
     norms = [norm for _, norm in report["top_layers"]]

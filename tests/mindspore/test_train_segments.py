@@ -4,9 +4,9 @@ import json
 import mindspore as ms
 from mindspore import nn
 
-from ms_helpers import make_regressor, regression_dataset
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.runlog import read_rank_log
+from ms_helpers import make_regressor, regression_dataset
 
 
 def test_second_train_after_a_stop_runs_to_completion(tmp_path, quiet, graph_mode):

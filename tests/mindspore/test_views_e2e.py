@@ -13,11 +13,11 @@ from mindspore.train import Callback, SummaryCollector
 from mindspore.train.summary_pb2 import Event
 from tensorboard.backend.event_processing import event_accumulator
 
-from ms_helpers import make_regressor, regression_dataset
 from mindwatch.mindspore import TrainMonitor
-from mindwatch.runlog import read_rank_log
 from mindwatch.mindspore.mindinsight import read_events
+from mindwatch.runlog import read_rank_log
 from mindwatch.sinks.prometheus import PrometheusSink
+from ms_helpers import make_regressor, regression_dataset
 
 
 class _Scrape(Callback):
@@ -40,6 +40,7 @@ def _prometheus_value(text, name):
     raise AssertionError(f"{name} not served")
 
 
+@pytest.mark.fresh_process
 def test_views_hold_the_run_logs_values(tmp_path, quiet, graph_mode):
     log_dir = tmp_path / "run"
     net = make_regressor()

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from mindspore import nn
 
-from ms_helpers import make_regressor, regression_arrays, weights_of
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.mindspore.outputs import read_outputs
+from ms_helpers import make_regressor, regression_arrays, weights_of
 
 
 def make_padless(seed=0):
@@ -72,7 +72,7 @@ def test_clipping_happens_after_measuring(tmp_path, quiet, mode):
 
 @pytest.mark.parametrize("poison", ["nan", "huge"])
 def test_anomalous_update_is_withheld_bit_for_bit(tmp_path, quiet, mode, poison):
-    net, optimizer, step = _wrapped(tmp_path, quiet)
+    net, _optimizer, step = _wrapped(tmp_path, quiet)
     x, y = regression_arrays(8)
     step(ms.Tensor(x), ms.Tensor(y))                # one healthy step first
     before = weights_of(step)                       # weights, Adam moments, global_step
@@ -119,9 +119,9 @@ def test_wrap_rejects_bad_options(tmp_path, quiet, kwargs, error, match):
 def test_wrap_rejects_wrong_types(tmp_path, quiet):
     net = make_regressor()
     monitor = TrainMonitor(str(tmp_path), stream=quiet)
-    with pytest.raises(TypeError, match="optimizer must be a mindspore.nn.Optimizer"):
+    with pytest.raises(TypeError, match=r"optimizer must be a mindspore\.nn\.Optimizer"):
         monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), "adam")
-    with pytest.raises(TypeError, match="net_with_loss must be a mindspore.nn.Cell"):
+    with pytest.raises(TypeError, match=r"net_with_loss must be a mindspore\.nn\.Cell"):
         monitor.wrap(lambda x: x, nn.Adam(net.trainable_params()))
 
 
@@ -158,7 +158,7 @@ def test_a_checkpoint_loaded_between_steps_is_trained_on(tmp_path, quiet, graph_
     # Rewinding in-process after an anomaly: load_param_into_net replaces the Parameters'
     # data. Adam's moments are read only by the optimizer inside the skip branch; unless the
     # wrap also loads them outside it, the graph would keep updating a detached copy.
-    net, _, step = _wrapped(tmp_path, quiet)
+    _net, _, step = _wrapped(tmp_path, quiet)
     x, y = (ms.Tensor(a) for a in regression_arrays(8))
     for _ in range(2):
         step(x, y)

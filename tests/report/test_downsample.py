@@ -10,7 +10,7 @@ from mindwatch.report.downsample import downsample
 
 
 def _pairs(xs, ys):
-    return list(zip(xs, ys))
+    return list(zip(xs, ys, strict=True))
 
 
 def _same(a, b):
@@ -36,8 +36,8 @@ def test_long_series_fits_budget_and_keeps_ends_and_extremes():
     assert 31_338 in xs and 77_778 in xs
     assert max(ys) == 50.0 and min(ys) == -3.0
     assert xs == sorted(xs)
-    lookup = dict(zip(steps, values))
-    assert all(lookup[x] == y for x, y in zip(xs, ys))
+    lookup = dict(zip(steps, values, strict=True))
+    assert all(lookup[x] == y for x, y in zip(xs, ys, strict=True))
 
 
 def test_keep_steps_are_always_kept():
@@ -70,7 +70,7 @@ def test_nonfinite_values_are_kept_as_events():
     values[9000] = float("inf")
     values[15000] = float("-inf")
     xs, ys = downsample(steps, values, 100)
-    got = dict(zip(xs, ys))
+    got = dict(zip(xs, ys, strict=True))
     assert math.isnan(got[501]) and got[9001] == math.inf and got[15001] == -math.inf
     assert len(xs) <= 100
 
@@ -79,7 +79,7 @@ def test_long_nan_run_is_compressed_to_its_ends():
     steps = list(range(1, 100_001))
     values = [2.0] * 40_000 + [float("nan")] * 60_000   # diverged and kept going on NaN
     xs, ys = downsample(steps, values, 200)
-    nan_steps = [x for x, y in zip(xs, ys) if math.isnan(y)]
+    nan_steps = [x for x, y in zip(xs, ys, strict=True) if math.isnan(y)]
     assert nan_steps == [40_001, 100_000]
     assert len(xs) <= 200
 
@@ -125,7 +125,7 @@ def test_properties(values, max_points, keep):
     xs, ys = downsample(steps, values, max_points, keep)
     # a subsequence of the known input points, in order
     assert xs == sorted(set(xs))
-    assert all(_same(values[x], y) for x, y in zip(xs, ys))
+    assert all(_same(values[x], y) for x, y in zip(xs, ys, strict=True))
     assert None not in ys
     known = [i for i, v in enumerate(values) if v is not None]
     forced = {i for i in known if i in keep}

@@ -147,9 +147,9 @@ def test_multi_rank_has_spread_and_per_rank_curves(tmp_path, clock):
             ["lines"]] == ["rank 0", "rank 1", "rank 2"]
     spread = {item["spread"]: item for item in data["panels"][5]["lines"]}
     losses = [[s["loss"] for s in log.steps] for log in run.ranks]
-    assert spread["min"]["y"] == [min(col) for col in zip(*losses)]
-    assert spread["max"]["y"] == [max(col) for col in zip(*losses)]
-    assert spread["median"]["y"] == [sorted(col)[1] for col in zip(*losses)]
+    assert spread["min"]["y"] == [min(col) for col in zip(*losses, strict=True)]
+    assert spread["max"]["y"] == [max(col) for col in zip(*losses, strict=True)]
+    assert spread["median"]["y"] == [sorted(col)[1] for col in zip(*losses, strict=True)]
 
 
 def test_no_hardware_no_hardware_panels(tmp_path, clock):

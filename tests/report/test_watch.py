@@ -82,12 +82,17 @@ def test_recreated_log_is_read_from_the_start(tmp_path):
     assert [r["kind"] for r in follower.poll()] == ["run"]
 
 
-def test_bad_lines_raise_run_log_error(tmp_path):
-    (tmp_path / "rank_0.jsonl").write_text(_line(RUN) + "not json\n")
-    with pytest.raises(RunLogError, match="line 2"):
-        Follower(str(tmp_path)).poll()
+def test_a_bad_line_is_skipped_and_counted_a_foreign_file_raises(tmp_path):
+    (tmp_path / "rank_0.jsonl").write_text(_line(RUN) + "not json\n" + _line(_step(1)))
+    follower = Follower(str(tmp_path))
+    assert [r["kind"] for r in follower.poll()] == ["run", "step"]
+    assert follower.skipped == {0: (1, [2])}
+    (tmp_path / "rank_0.jsonl").unlink()
     (tmp_path / "rank_0.jsonl").write_text(_line(_step(1)))
     with pytest.raises(RunLogError, match="not a mindwatch log"):
+        Follower(str(tmp_path)).poll()
+    (tmp_path / "rank_0.jsonl").write_text(_line(RUN) + "x\n" * 2)
+    with pytest.raises(RunLogError, match="2 of 3 lines are not run-log records"):
         Follower(str(tmp_path)).poll()
 
 
@@ -210,7 +215,11 @@ def test_cli_watch(tmp_path, capsys):
     assert main(["watch", str(tmp_path), "--refresh", "0.01"]) == 0
     assert "1/1 rank(s), 1 ended" in " ".join(capsys.readouterr().out.split())
     with open(tmp_path / "rank_0.jsonl", "a") as handle:
-        handle.write("}{\n")
+        handle.write("}{\n")                      # a bad line after the end: skipped, said
+    assert main(["watch", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "rank 0: 1 unreadable line skipped (line 9)" in out
+    (tmp_path / "rank_0.jsonl").write_bytes(b"\x00\xff garbage\n" * 3)
     assert main(["watch", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mindwatch watch: ") and err.count("\n") == 1

@@ -7,18 +7,17 @@ import re
 import struct
 import time
 
+import mindspore as ms
 import numpy as np
 import pytest
+from mindspore import nn
+from mindspore.train import Callback, Model, SummaryCollector
+from mindspore.train.summary.summary_record import SummaryRecord
+from mindspore.train.summary_pb2 import Event
+from tensorboardX.crc32c import crc32c as reference_crc32c
 
-import mindspore as ms  # noqa: E402
-from mindspore import nn  # noqa: E402
-from mindspore.train import Callback, Model, SummaryCollector  # noqa: E402
-from mindspore.train.summary.summary_record import SummaryRecord  # noqa: E402
-from mindspore.train.summary_pb2 import Event  # noqa: E402
-from tensorboardX.crc32c import crc32c as reference_crc32c  # noqa: E402  (independent)
-
-from mindwatch.mindspore import mindinsight  # noqa: E402
-from mindwatch.mindspore.mindinsight import MindInsightSink, summary_event_class  # noqa: E402
+from mindwatch.mindspore import mindinsight
+from mindwatch.mindspore.mindinsight import MindInsightSink, summary_event_class
 
 
 def _masked(data):
@@ -29,7 +28,8 @@ def _masked(data):
 def parse_summary_file(path):
     """Framing as MindInsight's loader reads it: <Q length, <I masked crc32c(length bytes),
     data, <I masked crc32c(data); every CRC must match and the file must end on a record."""
-    data = open(path, "rb").read()
+    with open(path, "rb") as file:
+        data = file.read()
     events, offset = [], 0
     while offset < len(data):
         header = data[offset:offset + 8]
@@ -63,7 +63,7 @@ def test_crc32c_matches_the_standard_check_value(crc32c):
 
 
 def test_the_compiled_crc32c_is_used_when_installed():
-    import google_crc32c                    # pinned in requirements.lock
+    import google_crc32c  # pinned in requirements.lock
     assert mindinsight.crc32c is google_crc32c.value
 
 
@@ -88,7 +88,7 @@ def test_values_read_back(tmp_path, run_records, expected_scalars, float32_equal
     assert set(got) == set(expected_scalars)
     for tag, expected in expected_scalars.items():
         assert [step for step, _, _ in got[tag]] == [step for step, _, _ in expected], tag
-        for (_, wall, value), (_, want_wall, want) in zip(got[tag], expected):
+        for (_, wall, value), (_, want_wall, want) in zip(got[tag], expected, strict=True):
             assert float32_equal(value, want), (tag, value, want)
             assert wall == pytest.approx(want_wall, abs=1e-6)
 
@@ -105,7 +105,8 @@ def test_each_record_is_on_disk_at_once_and_a_torn_tail_is_ignored(tmp_path, run
 
 
 def test_a_second_sink_in_the_same_second_gets_its_own_file(tmp_path):
-    first, second = MindInsightSink(str(tmp_path), event_class=Event), MindInsightSink(str(tmp_path), event_class=Event)
+    first = MindInsightSink(str(tmp_path), event_class=Event)
+    second = MindInsightSink(str(tmp_path), event_class=Event)
     assert first.path != second.path
     first.close()
     second.close()
@@ -147,6 +148,7 @@ class _FeedMindInsight(Callback):
         self.sink.close()
 
 
+@pytest.mark.fresh_process
 def test_coexists_with_a_users_summary_collector(tmp_path, graph_mode):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((64, 4)).astype(np.float32)

@@ -5,11 +5,10 @@ import urllib.error
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
-from mindwatch.anomaly import ANOMALY_KINDS  # noqa: E402
-from mindwatch.sinks.prometheus import PrometheusSink  # noqa: E402
+from mindwatch.anomaly import ANOMALY_KINDS
+from mindwatch.sinks.prometheus import PrometheusSink
 
 
 def scrape(port):
@@ -102,7 +101,7 @@ def test_busy_port_fails_at_construction():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        with pytest.raises(OSError, match="cannot listen on 127.0.0.1"):
+        with pytest.raises(OSError, match=r"cannot listen on 127\.0\.0\.1"):
             PrometheusSink(taken.getsockname()[1])
 
 

@@ -4,10 +4,9 @@ import os
 import time
 
 import pytest
+from tensorboard.backend.event_processing import event_accumulator
 
 from mindwatch.sinks.tensorboard import TensorBoardSink
-
-from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
 
 
 def _load(directory):
@@ -31,7 +30,7 @@ def test_values_read_back_by_tensorboard(tmp_path, run_records, expected_scalars
     for tag, expected in expected_scalars.items():
         events = acc.Scalars(tag)
         assert [e.step for e in events] == [step for step, _, _ in expected], tag
-        for event, (_, wall, value) in zip(events, expected):
+        for event, (_, wall, value) in zip(events, expected, strict=True):
             assert float32_equal(event.value, value), (tag, event.value, value)
             assert event.wall_time == pytest.approx(wall, abs=1e-3), tag
 

@@ -7,9 +7,19 @@ from .lr_anomaly import LrAnomalyDetector
 from .nonfinite import NonFiniteDetector
 from .spike import SpikeDetector, grad_spike, loss_spike
 
-__all__ = ["build_detectors", "Detector", "GradBoundsDetector", "MemoryPressureDetector",
-           "OverheatDetector", "LossRisingDetector", "LrAnomalyDetector",
-           "NonFiniteDetector", "SpikeDetector", "grad_spike", "loss_spike"]
+__all__ = [
+    "Detector",
+    "GradBoundsDetector",
+    "LossRisingDetector",
+    "LrAnomalyDetector",
+    "MemoryPressureDetector",
+    "NonFiniteDetector",
+    "OverheatDetector",
+    "SpikeDetector",
+    "build_detectors",
+    "grad_spike",
+    "loss_spike",
+]
 
 
 def build_detectors(settings) -> list:

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, TypeGuard
 
 from ..anomaly import Anomaly
 from ..observation import HardwareSample, StepObservation
 
 
-def is_finite(value: Optional[float]) -> bool:
+def is_finite(value: float | None) -> TypeGuard[float]:
+    """True for a finite number; also tells the type checker that ``value`` is not None."""
     return value is not None and math.isfinite(value)
 
 
@@ -24,10 +25,10 @@ class Episode:
         self.active = condition
         return begins
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"in_episode": self.active}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.active = bool(state.get("in_episode", False))
 
 
@@ -38,14 +39,14 @@ class Detector:
     ``state_dict``/``load_state_dict`` as plain JSON-able data.
     """
 
-    def update(self, observation: StepObservation) -> List[Anomaly]:
+    def update(self, observation: StepObservation) -> list[Anomaly]:
         return []
 
-    def update_hardware(self, sample: HardwareSample) -> List[Anomaly]:
+    def update_hardware(self, sample: HardwareSample) -> list[Anomaly]:
         return []
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         pass

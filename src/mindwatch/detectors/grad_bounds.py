@@ -1,7 +1,7 @@
 """Absolute bounds on the global gradient norm: explosion at once, vanishing after a streak."""
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any
 
 from ..anomaly import GRADIENT_EXPLODE, GRADIENT_VANISH, Anomaly
 from ..observation import StepObservation
@@ -15,7 +15,7 @@ class GradBoundsDetector(Detector):
         self.vanish_steps = vanish_steps
         self._vanish_streak = 0
 
-    def update(self, obs: StepObservation) -> List[Anomaly]:
+    def update(self, obs: StepObservation) -> list[Anomaly]:
         norm = obs.grad_norm
         if not is_finite(norm):     # non-finite norms are NonFiniteDetector's
             return []
@@ -35,8 +35,8 @@ class GradBoundsDetector(Detector):
                             f"{self._vanish_streak} consecutive steps (up to step {obs.step})")]
         return []
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"vanish_streak": self._vanish_streak}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self._vanish_streak = int(state.get("vanish_streak", 0))

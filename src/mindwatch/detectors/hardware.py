@@ -8,7 +8,7 @@ it in. Streaks are keyed ``"<type>:<index>"`` so the state is plain JSON.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from ..anomaly import MEMORY_PRESSURE, OVERHEAT, Anomaly
 from ..arguments import checked
@@ -20,7 +20,7 @@ from .base import Detector, is_finite
 HOST = "host"
 
 
-def _check_fraction(name: str, value: Any) -> Optional[float]:
+def _check_fraction(name: str, value: Any) -> float | None:
     """A fraction in (0, 1], or None: that check is off."""
     checked(check_number, name, value, low=0.0, low_open=True, high=1.0, optional=True)
     return None if value is None else float(value)
@@ -39,9 +39,9 @@ class _Streaks:
 
     def __init__(self, consecutive: int):
         self.consecutive = consecutive
-        self.counts: Dict[str, int] = {}
+        self.counts: dict[str, int] = {}
 
-    def step(self, key: str, condition: Optional[bool]) -> bool:
+    def step(self, key: str, condition: bool | None) -> bool:
         if condition is None:
             return False
         if not condition:
@@ -62,10 +62,10 @@ class _StreakDetector(Detector):
         n = self._streaks.consecutive
         return f"for {n} consecutive hardware sample{'s' if n > 1 else ''}"
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"streaks": dict(self._streaks.counts)}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self._streaks.counts = {str(k): int(v) for k, v in state.get("streaks", {}).items()}
 
 
@@ -78,7 +78,7 @@ class OverheatDetector(_StreakDetector):
         self.max_temperature_c = float(max_temperature_c)
         super().__init__(consecutive)
 
-    def update_hardware(self, sample: HardwareSample) -> List[Anomaly]:
+    def update_hardware(self, sample: HardwareSample) -> list[Anomaly]:
         found = []
         limit = self.max_temperature_c
         for device in sample.devices:
@@ -100,33 +100,38 @@ class MemoryPressureDetector(_StreakDetector):
     Either fraction ``None`` turns that check off.
     """
 
-    def __init__(self, device_fraction: Optional[float] = 0.95,
-                 host_available_fraction: Optional[float] = 0.05, consecutive: int = 2):
+    def __init__(self, device_fraction: float | None = 0.95,
+                 host_available_fraction: float | None = 0.05, consecutive: int = 2):
         self.device_fraction = _check_fraction("device_fraction", device_fraction)
         self.host_available_fraction = _check_fraction("host_available_fraction",
                                                        host_available_fraction)
         super().__init__(consecutive)
 
-    def update_hardware(self, sample: HardwareSample) -> List[Anomaly]:
+    def update_hardware(self, sample: HardwareSample) -> list[Anomaly]:
         found = []
+        # An unknown reading (None, NaN, no total) leaves its streak as it is: step() is not
+        # called for it.
         limit = self.device_fraction
-        for device in sample.devices if limit is not None else ():
-            used, total = device.mem_used_mb, device.mem_total_mb
-            known = is_finite(used) and is_finite(total) and total > 0
-            fraction = used / total if known else None
-            if self._streaks.step(_key(device), None if fraction is None else fraction >= limit):
-                found.append(Anomaly(
-                    MEMORY_PRESSURE, None, fraction, limit,
-                    f"{_label(device)} memory {100 * fraction:.1f}% used ({used:g} of {total:g} "
-                    f"MB) >= {100 * limit:g}% {self._samples_text()}"))
+        if limit is not None:
+            for device in sample.devices:
+                used, total = device.mem_used_mb, device.mem_total_mb
+                if not (is_finite(used) and is_finite(total) and total > 0):
+                    continue
+                fraction = used / total
+                if self._streaks.step(_key(device), fraction >= limit):
+                    found.append(Anomaly(
+                        MEMORY_PRESSURE, None, fraction, limit,
+                        f"{_label(device)} memory {100 * fraction:.1f}% used ({used:g} of "
+                        f"{total:g} MB) >= {100 * limit:g}% {self._samples_text()}"))
         host = self.host_available_fraction
         if host is not None:
             used, available = sample.mem_used_gb, sample.mem_available_gb
-            known = is_finite(used) and is_finite(available) and used + available > 0
-            fraction = available / (used + available) if known else None
-            if self._streaks.step(HOST, None if fraction is None else fraction < host):
-                found.append(Anomaly(
-                    MEMORY_PRESSURE, None, fraction, host,
-                    f"host memory: only {100 * fraction:.1f}% available ({available:.3g} of "
-                    f"~{used + available:.3g} GB) < {100 * host:g}% {self._samples_text()}"))
+            if is_finite(used) and is_finite(available) and used + available > 0:
+                fraction = available / (used + available)
+                if self._streaks.step(HOST, fraction < host):
+                    found.append(Anomaly(
+                        MEMORY_PRESSURE, None, fraction, host,
+                        f"host memory: only {100 * fraction:.1f}% available ({available:.3g} "
+                        f"of ~{used + available:.3g} GB) < {100 * host:g}% "
+                        f"{self._samples_text()}"))
         return found

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from statistics import median
-from typing import Any, Deque, Dict, List
+from typing import Any
 
 from ..anomaly import LOSS_RISING, Anomaly
 from ..observation import StepObservation
@@ -27,14 +27,14 @@ NOISE_HISTORY = 5               # windows of step-to-step differences kept to me
 class LossRisingDetector(Detector):
     def __init__(self, *, window: int = 40, min_rise: float = 0.1, significance: float = 4.0):
         self.window, self.min_rise, self.significance = window, min_rise, significance
-        self._losses: Deque[float] = deque(maxlen=window)
+        self._losses: deque[float] = deque(maxlen=window)
         # Step-to-step changes of log(loss) over a longer stretch measure the noise: a
         # difference ignores trends and level shifts, and a long sample keeps the estimate
         # from dipping by chance (a dip would make the rule trigger-happy).
-        self._diffs: Deque[float] = deque(maxlen=NOISE_HISTORY * window)
+        self._diffs: deque[float] = deque(maxlen=NOISE_HISTORY * window)
         self._episode = Episode()
 
-    def update(self, obs: StepObservation) -> List[Anomaly]:
+    def update(self, obs: StepObservation) -> list[Anomaly]:
         if not is_finite(obs.loss) or obs.loss <= 0 or obs.skipped:
             return []
         log_loss = math.log(obs.loss)
@@ -69,11 +69,11 @@ class LossRisingDetector(Detector):
                 f"up to step {obs.step}"))
         return found
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"log_losses": list(self._losses), "diffs": list(self._diffs),
                 **self._episode.state_dict()}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self._losses = deque(state.get("log_losses", []), maxlen=self.window)
         self._diffs = deque(state.get("diffs", []), maxlen=self._diffs.maxlen)
         self._episode.load_state_dict(state)

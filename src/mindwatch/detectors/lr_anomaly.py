@@ -7,7 +7,7 @@ an LR scaled twice). A warm-up from exactly zero has no ratio and is not a jump.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from ..anomaly import LR_ANOMALY, Anomaly
 from ..observation import StepObservation
@@ -17,9 +17,9 @@ from .base import Detector
 class LrAnomalyDetector(Detector):
     def __init__(self, *, jump_factor: float = 10.0):
         self.jump_factor = jump_factor
-        self._previous: Optional[float] = None
+        self._previous: float | None = None
 
-    def update(self, obs: StepObservation) -> List[Anomaly]:
+    def update(self, obs: StepObservation) -> list[Anomaly]:
         lr = obs.lr
         if lr is None:
             return []
@@ -39,8 +39,8 @@ class LrAnomalyDetector(Detector):
             self._previous = lr
         return found
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"previous": self._previous}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self._previous = state.get("previous")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from typing import List
 
 from ..anomaly import GRADIENT_NONFINITE, LOSS_NONFINITE, Anomaly
 from ..observation import StepObservation
@@ -10,7 +9,7 @@ from .base import Detector
 
 
 class NonFiniteDetector(Detector):
-    def update(self, obs: StepObservation) -> List[Anomaly]:
+    def update(self, obs: StepObservation) -> list[Anomaly]:
         found = []
         if obs.loss is not None and not math.isfinite(obs.loss):
             found.append(Anomaly(LOSS_NONFINITE, obs.step, obs.loss, None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from statistics import median
-from typing import Any, Deque, Dict, List
+from typing import Any
 
 from ..anomaly import GRAD_SPIKE, LOSS_SPIKE, Anomaly
 from ..observation import StepObservation
@@ -29,15 +29,15 @@ class SpikeDetector(Detector):
         self.field, self.kind = field, kind
         self.window, self.warmup = window, warmup
         self.z_threshold, self.min_ratio = z_threshold, min_ratio
-        self._logs: Deque[float] = deque(maxlen=window)
+        self._logs: deque[float] = deque(maxlen=window)
         self._episode = Episode()
 
-    def update(self, obs: StepObservation) -> List[Anomaly]:
+    def update(self, obs: StepObservation) -> list[Anomaly]:
         value = getattr(obs, self.field)
         if not is_finite(value) or value <= 0:
             return []
         log_value = math.log(value)
-        found: List[Anomaly] = []
+        found: list[Anomaly] = []
         spiking = False
         if len(self._logs) >= self.warmup:
             center = median(self._logs)
@@ -58,10 +58,10 @@ class SpikeDetector(Detector):
             self._logs.append(log_value)
         return found
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"logs": list(self._logs), **self._episode.state_dict()}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self._logs = deque(state.get("logs", []), maxlen=self.window)
         self._episode.load_state_dict(state)
 

@@ -10,8 +10,9 @@ judges only itself, so the anomaly lands in the straggler's own log, under its o
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from statistics import median
-from typing import Any, Deque, Dict, List, Optional, Sequence
+from typing import Any
 
 from ..anomaly import STRAGGLER, Anomaly
 from .base import Detector, Episode
@@ -22,12 +23,12 @@ class StragglerDetector(Detector):
                  min_fraction: float = 0.1):
         self.rank, self.world_size = rank, world_size
         self.window, self.factor, self.min_fraction = window, factor, min_fraction
-        self._times: List[Deque[float]] = [deque(maxlen=window) for _ in range(world_size)]
+        self._times: list[deque[float]] = [deque(maxlen=window) for _ in range(world_size)]
         self._episode = Episode()
 
     def update_peers(self, step: int, data_times: Sequence[float],
-                     step_time_s: Optional[float]) -> List[Anomaly]:
-        for history, value in zip(self._times, data_times):
+                     step_time_s: float | None) -> list[Anomaly]:
+        for history, value in zip(self._times, data_times, strict=True):
             history.append(float(value))
         if self.world_size < 2 or len(self._times[self.rank]) < self.window:
             return []
@@ -46,10 +47,10 @@ class StragglerDetector(Detector):
                 f"for it"))
         return found
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"times": [list(h) for h in self._times], **self._episode.state_dict()}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         times = state.get("times", [])
         if len(times) == self.world_size:
             self._times = [deque(t, maxlen=self.window) for t in times]

@@ -6,7 +6,8 @@ The core never imports a framework: ``mindwatch.mindspore.memory.mindspore_memor
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..numbers import to_number
 from .messages import OnceMessages
@@ -32,13 +33,13 @@ class FrameworkMemoryProbe:
         self.name = name
         self._messages = OnceMessages()
 
-    def pop_new_messages(self) -> List[str]:
+    def pop_new_messages(self) -> list[str]:
         return self._messages.pop()
 
     def _report(self, key: str, message: str) -> None:
         self._messages.report(key, message)
 
-    def sample(self) -> Optional[Dict[str, Any]]:
+    def sample(self) -> dict[str, Any] | None:
         try:
             raw = self.reader()
             if raw is None:

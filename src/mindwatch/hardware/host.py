@@ -4,7 +4,7 @@ Units: GB here are decimal, 1 GB = 1e9 bytes, as in the run log's ``mem_used_gb`
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 
 from ..records import Hardware
 from ..units import GB
@@ -50,7 +50,7 @@ class HostProbe:
         self._process = self._psutil.Process()
         self._last_cpu = self._read_cpu()  # the "primed once at construction" baseline
 
-    def _read_cpu(self) -> Optional[tuple]:
+    def _read_cpu(self) -> tuple | None:
         try:
             return _total_and_busy(self._psutil.cpu_times())
         except Exception as exc:
@@ -65,7 +65,7 @@ class HostProbe:
     def pop_new_messages(self) -> list:
         return self._messages.pop()
 
-    def cpu_percent(self) -> Optional[float]:
+    def cpu_percent(self) -> float | None:
         now = self._read_cpu()
         last, self._last_cpu = self._last_cpu, now
         if now is None or last is None:
@@ -76,8 +76,8 @@ class HostProbe:
         busy = max(0.0, now[1] - last[1])  # counters can step back a little (psutil #392)
         return round(min(100.0, 100.0 * busy / total), 1)
 
-    def sample(self) -> Dict[str, Optional[float]]:
-        out: Dict[str, Optional[float]] = dict.fromkeys(Hardware.HOST_FIELDS)
+    def sample(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = dict.fromkeys(Hardware.HOST_FIELDS)
         out[Hardware.CPU_PERCENT] = self.cpu_percent()
         try:
             memory = self._psutil.virtual_memory()

@@ -3,13 +3,13 @@ the new messages on the training thread and writes them as notices."""
 from __future__ import annotations
 
 import threading
-from typing import Hashable, List
+from collections.abc import Hashable
 
 
 class OnceMessages:
     def __init__(self) -> None:
         self._seen: set = set()
-        self._new: List[str] = []
+        self._new: list[str] = []
         self._lock = threading.Lock()
 
     def report(self, key: Hashable, message: str) -> None:
@@ -20,7 +20,7 @@ class OnceMessages:
                 self._seen.add(key)
                 self._new.append(message)
 
-    def pop(self) -> List[str]:
+    def pop(self) -> list[str]:
         with self._lock:
             new, self._new = self._new, []
         return new

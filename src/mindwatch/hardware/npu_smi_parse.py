@@ -10,8 +10,9 @@ shortened number.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple
 
 from ..observation import DeviceSample
 
@@ -40,71 +41,72 @@ _PAIR_FIELDS = {"hugepages": ("hugepages_used", "hugepages_total"),
 @dataclass
 class NpuChip:
     """One chip of ``npu-smi info``; ``None`` where the tool printed ``-``/NA or no column."""
-    npu_id: Optional[int] = None
-    chip_id: Optional[int] = None
-    name: Optional[str] = None
-    health: Optional[str] = None
-    power_w: Optional[float] = None
-    temp_c: Optional[float] = None
-    aicore_percent: Optional[float] = None
-    memory_used_mb: Optional[float] = None
-    memory_total_mb: Optional[float] = None
-    hbm_used_mb: Optional[float] = None
-    hbm_total_mb: Optional[float] = None
-    hugepages_used: Optional[float] = None
-    hugepages_total: Optional[float] = None
-    phy_id: Optional[int] = None            # "Chip Phy-ID" header (e.g. 25.x)
-    device_id: Optional[int] = None         # "Chip Device" header (310/310P style)
-    bus_id: Optional[str] = None
+    npu_id: int | None = None
+    chip_id: int | None = None
+    name: str | None = None
+    health: str | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    aicore_percent: float | None = None
+    memory_used_mb: float | None = None
+    memory_total_mb: float | None = None
+    hbm_used_mb: float | None = None
+    hbm_total_mb: float | None = None
+    hugepages_used: float | None = None
+    hugepages_total: float | None = None
+    phy_id: int | None = None            # "Chip Phy-ID" header (e.g. 25.x)
+    device_id: int | None = None         # "Chip Device" header (310/310P style)
+    bus_id: str | None = None
 
 
 class NpuMapping(NamedTuple):
     npu_id: int
     chip_id: int
     logic_id: int
-    name: Optional[str]
+    name: str | None
 
 
-def _num(text: str) -> Optional[float]:
+def _num(text: str) -> float | None:
     text = text.strip()
     return float(text) if _NUMBER.fullmatch(text) else None
 
 
-def _int(text: str) -> Optional[int]:
+def _int(text: str) -> int | None:
     text = text.strip()
     return int(text) if _INT.fullmatch(text) else None
 
 
-def _text(text: str) -> Optional[str]:
+def _text(text: str) -> str | None:
     text = " ".join(text.split())
     return None if text.lower() in _MISSING else text
 
 
-def _pair(text: str) -> Tuple[Optional[float], Optional[float]]:
+def _pair(text: str) -> tuple[float | None, float | None]:
     parts = text.split("/")
     return (_num(parts[0]), _num(parts[1])) if len(parts) == 2 else (None, None)
 
 
-def _cells(line: str) -> Optional[List[str]]:
+def _cells(line: str) -> list[str] | None:
     line = line.strip()
     if len(line) < 2 or line[0] != "|" or line[-1] != "|":
         return None
     return line[1:-1].split("|")
 
 
-def _field(word: str) -> Optional[str]:
+def _field(word: str) -> str | None:
     word = word.lower()
     return next((f for prefix, f in _HEADER_FIELDS if word.startswith(prefix)), None)
 
 
-def _header(cells: List[str]) -> List[List[Tuple[int, Optional[str]]]]:
+def _header(cells: list[str]) -> list[list[tuple[int, str | None]]]:
     return [[(m.start(), _field(m.group())) for m in re.finditer(r"\S+", c)] for c in cells]
 
 
-def _assign(header, cells: List[str]) -> Dict[str, str]:
+def _assign(header, cells: list[str]) -> dict[str, str]:
     """Map one data row's values to fields through the header above it."""
-    out: Dict[str, str] = {}
-    for columns, cell in zip(header, cells):
+    out: dict[str, str] = {}
+    # strict=False: a data row may have fewer or more cells than its header (uneven tables).
+    for columns, cell in zip(header, cells, strict=False):
         cell = _NOT_AVAILABLE.sub("NA ", cell)
         values = [(m.start() + len(m.group()) - len(m.group().lstrip()), m.group().strip())
                   for m in _VALUE.finditer(cell)]
@@ -112,7 +114,7 @@ def _assign(header, cells: List[str]) -> Dict[str, str]:
             continue
         if len(values) == len(columns):
             # one value per header word: trust the order, so widths may differ
-            for (_, name), (_, value) in zip(columns, values):
+            for (_, name), (_, value) in zip(columns, values, strict=True):
                 if name:
                     out[name] = value
             continue
@@ -124,7 +126,7 @@ def _assign(header, cells: List[str]) -> Dict[str, str]:
     return out
 
 
-def _chip(raw: Dict[str, str]) -> NpuChip:
+def _chip(raw: dict[str, str]) -> NpuChip:
     chip = NpuChip()
     for name, value in raw.items():
         if name in _INT_FIELDS:
@@ -132,14 +134,14 @@ def _chip(raw: Dict[str, str]) -> NpuChip:
         elif name in _FLOAT_FIELDS:
             setattr(chip, name, _num(value))
         elif name in _PAIR_FIELDS:
-            for attr, number in zip(_PAIR_FIELDS[name], _pair(value)):
+            for attr, number in zip(_PAIR_FIELDS[name], _pair(value), strict=True):
                 setattr(chip, attr, number)
         else:
             setattr(chip, name, _text(value))
     return chip
 
 
-def parse_info(text: str) -> List[NpuChip]:
+def parse_info(text: str) -> list[NpuChip]:
     """Chips of an ``npu-smi info`` table, in printed order.
 
     Each chip is two rows under two header rows (``NPU Name | Health | Power Temp
@@ -152,10 +154,10 @@ def parse_info(text: str) -> List[NpuChip]:
         return []
 
 
-def _parse_info(text: str) -> List[NpuChip]:
-    chips: List[NpuChip] = []
+def _parse_info(text: str) -> list[NpuChip]:
+    chips: list[NpuChip] = []
     head1 = head2 = None
-    pending: Optional[Dict[str, str]] = None
+    pending: dict[str, str] | None = None
     for line in text.splitlines():
         if line.strip().startswith("+"):  # a border closes the block
             if pending is not None:
@@ -186,10 +188,10 @@ def _parse_info(text: str) -> List[NpuChip]:
     return chips
 
 
-def parse_mapping(text: str) -> List[NpuMapping]:
+def parse_mapping(text: str) -> list[NpuMapping]:
     """``npu-smi info -m`` rows as (npu id, chip id, logic id, name); rows whose logic id is
     ``-`` (the MCU of 910B boards) are left out, and so is a row cut before its name."""
-    out: List[NpuMapping] = []
+    out: list[NpuMapping] = []
     for line in (text if isinstance(text, str) else "").splitlines():
         m = re.fullmatch(r"\s*([0-9]+)\s+([0-9]+)\s+(\S+)\s+(\S.*?)\s*", line)
         if not m:
@@ -200,8 +202,8 @@ def parse_mapping(text: str) -> List[NpuMapping]:
     return out
 
 
-def _blocks(text: str) -> List[List[Tuple[str, str]]]:
-    blocks: List[List[Tuple[str, str]]] = [[]]
+def _blocks(text: str) -> list[list[tuple[str, str]]]:
+    blocks: list[list[tuple[str, str]]] = [[]]
     for line in text.splitlines():
         key, sep, value = line.partition(":")
         if not sep or not key.strip():
@@ -211,7 +213,7 @@ def _blocks(text: str) -> List[List[Tuple[str, str]]]:
     return [b for b in blocks if b]
 
 
-def parse_usages(text: str) -> Dict[str, Any]:
+def parse_usages(text: str) -> dict[str, Any]:
     """``npu-smi info -t usages -i N`` as ``{"npu_id", "chip_count", "chips": {chip id:
     {field as printed: float or None}}}``.
 
@@ -219,14 +221,14 @@ def parse_usages(text: str) -> Dict[str, Any]:
     either order is accepted. Fields outside any chip block (an MCU block, a block cut
     before its ``Chip ID``) are dropped rather than credited to a guessed chip.
     """
-    result: Dict[str, Any] = {"npu_id": None, "chip_count": None, "chips": {}}
+    result: dict[str, Any] = {"npu_id": None, "chip_count": None, "chips": {}}
     try:
         for block in _blocks(text if isinstance(text, str) else ""):
             keys = [k.lower() for k, _ in block if k.lower() not in ("npu id", "chip count")]
             chip_at_start = bool(keys) and keys[0] == "chip id"
-            fields: Dict[str, Optional[float]] = {}
-            chip: Optional[int] = None
-            for key, value in block + [("Chip ID", "")]:  # the sentinel flushes the rest
+            fields: dict[str, float | None] = {}
+            chip: int | None = None
+            for key, value in [*block, ("Chip ID", "")]:  # the sentinel flushes the rest
                 low = key.lower()
                 if low == "npu id":
                     result["npu_id"] = _int(value)
@@ -247,13 +249,13 @@ def parse_usages(text: str) -> Dict[str, Any]:
     return result
 
 
-def parse_common(text: str) -> Dict[str, Any]:
+def parse_common(text: str) -> dict[str, Any]:
     """``npu-smi info -t common -i N`` (``Temperature(C)``, ``Aicore Usage Rate(%)``,
     ``NPU Real-time Power(W)``...): the same key : value shape and result as parse_usages."""
     return parse_usages(text)
 
 
-def to_device_samples(chips: Iterable[NpuChip], logic_ids=None) -> List[DeviceSample]:
+def to_device_samples(chips: Iterable[NpuChip], logic_ids=None) -> list[DeviceSample]:
     """One ``DeviceSample`` per chip. ``logic_ids`` is parse_mapping's list or a dict
     ``{(npu id, chip id): logic id}``; the index is the chip's logic id (what DEVICE_ID and
     ASCEND_RT_VISIBLE_DEVICES count) when known, else its position in ``chips``."""
@@ -270,6 +272,8 @@ def to_device_samples(chips: Iterable[NpuChip], logic_ids=None) -> List[DeviceSa
             has_hbm = chip.hbm_used_mb is not None or chip.hbm_total_mb is not None
             if has_hbm and not (chip.hbm_total_mb == 0 and (total or 0) > 0):
                 used, total = chip.hbm_used_mb, chip.hbm_total_mb
+            if total == 0:      # no device has 0 MB: the tool had no reading (HBM NA on a 910)
+                used = total = None
             index = mapping.get((chip.npu_id, chip.chip_id))
             samples.append(DeviceSample(
                 type="npu", index=position if index is None else index,

@@ -5,7 +5,9 @@ print as "MiB"/"MB"), temperature in degrees C, power in W (NVML reports milliwa
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+import contextlib
+from collections.abc import Sequence
+from typing import Any
 
 from ..numbers import to_number
 from ..observation import DeviceSample
@@ -30,19 +32,19 @@ class NvmlProbe:
     ``module``: a stand-in for ``pynvml``, for tests.
     """
 
-    def __init__(self, devices: Optional[Sequence[int]] = None, module: Any = None):
+    def __init__(self, devices: Sequence[int] | None = None, module: Any = None):
         self.devices = None if devices is None else {int(d) for d in devices}
         self.enabled = True
-        self.disabled_reason: Optional[str] = None
+        self.disabled_reason: str | None = None
         self._module = module
-        self._handles: Optional[List[Tuple[int, Any]]] = None
+        self._handles: list[tuple[int, Any]] | None = None
         self._messages = OnceMessages()
 
-    def pop_new_messages(self) -> List[str]:
+    def pop_new_messages(self) -> list[str]:
         """Problems not handed out before, each distinct one once per probe."""
         return self._messages.pop()
 
-    def _report(self, message: str, key: Optional[str] = None) -> None:
+    def _report(self, message: str, key: object = None) -> None:
         self._messages.report(key or message, message)
 
     def _disable(self, reason: str) -> None:
@@ -56,12 +58,12 @@ class NvmlProbe:
         nvml = self._module
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml
             except ImportError:
                 self._disable("NVML unavailable (pynvml is not installed; on NVIDIA GPU "
                               "machines: pip install nvidia-ml-py); GPU sampling is off")
                 return False
-            self._module = nvml
+            nvml = self._module = pynvml
         try:
             nvml.nvmlInit()
         except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, OSError...
@@ -92,22 +94,33 @@ class NvmlProbe:
         self._handles = handles
         return True
 
-    def _query(self, name: str, index: int, call, *args) -> Any:
-        try:
-            return call(*args)
-        except Exception as exc:
-            # key without the index: one unsupported query on 8 boards is one message
-            self._report(f"NVML {name} failed on GPU {index} ({exc.__class__.__name__}: "
-                         f"{exc}); that field is null", key=f"{name} {exc.__class__.__name__}")
-            return None
-
     def _device(self, index: int, handle: Any) -> DeviceSample:
         nvml = self._module
-        util = self._query("utilization", index, nvml.nvmlDeviceGetUtilizationRates, handle)
-        memory = self._query("memory", index, nvml.nvmlDeviceGetMemoryInfo, handle)
-        temp = self._query("temperature", index, nvml.nvmlDeviceGetTemperature, handle,
-                           getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
-        power = self._query("power", index, nvml.nvmlDeviceGetPowerUsage, handle)
+        failures: list[tuple[str, Exception]] = []
+
+        def query(name: str, call: Any, *args: Any) -> Any:
+            try:
+                return call(*args)
+            except Exception as exc:
+                failures.append((name, exc))
+                return None
+
+        util = query("utilization", nvml.nvmlDeviceGetUtilizationRates, handle)
+        memory = query("memory", nvml.nvmlDeviceGetMemoryInfo, handle)
+        temp = query("temperature", nvml.nvmlDeviceGetTemperature, handle,
+                     getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
+        power = query("power", nvml.nvmlDeviceGetPowerUsage, handle)
+        if len(failures) == 4:
+            # nothing answered: the GPU itself is gone (fallen off the bus, being reset), one
+            # problem however many fields it costs
+            exc = failures[0][1]
+            self._report(f"NVML: GPU {index} does not answer ({exc.__class__.__name__}: "
+                         f"{exc}); its values are null while it does not", key=("lost", index))
+        else:
+            for name, exc in failures:
+                # key without the index: one unsupported query on 8 boards is one message
+                self._report(f"NVML {name} failed on GPU {index} ({exc.__class__.__name__}: "
+                             f"{exc}); that field is null", key=f"{name} {exc.__class__.__name__}")
         return DeviceSample(
             "gpu", index,
             util_percent=to_number(getattr(util, "gpu", None)),
@@ -116,23 +129,24 @@ class NvmlProbe:
             temp_c=to_number(temp),
             power_w=_scaled(power, MW_PER_W))
 
-    def sample(self) -> List[DeviceSample]:
+    def sample(self) -> list[DeviceSample]:
         if not self.enabled:
             return []
         try:
             if not self._init():
                 return []
-            return [self._device(index, handle) for index, handle in self._handles]
+            handles = self._handles
+            if handles is None:     # set by a successful _init(), unless close() raced it
+                return []
+            return [self._device(index, handle) for index, handle in handles]
         except Exception as exc:  # a stand-in or a new pynvml may break any assumption
             self._report(f"GPU sampling failed: {exc.__class__.__name__}: {exc}",
                          key=f"sample raised {exc.__class__.__name__}")
             return []
 
     def _shutdown(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # nothing to release, or nothing we could do about it
             self._module.nvmlShutdown()
-        except Exception:
-            pass  # nothing to release, or nothing we could do about it
 
     def close(self) -> None:
         """Release NVML; a later ``sample()`` initialises it again."""
@@ -141,6 +155,6 @@ class NvmlProbe:
             self._shutdown()
 
 
-def _scaled(value: Any, unit: float) -> Optional[float]:
+def _scaled(value: Any, unit: float) -> float | None:
     number = to_number(value)
     return None if number is None else number / unit

@@ -7,18 +7,24 @@ Threading, kept simple on purpose:
 - ``on_sample`` runs on the sampler thread: it must do its own locking against the training
   thread (the monitor takes its lock there) and should be quick.
 - ``latest`` is a plain attribute replaced whole, safe to read from any thread.
+- ``stop``/``close`` never wait on a probe for more than ``join_timeout_s``: ``close`` first
+  interrupts the probes that can be (a running ``npu-smi`` is killed), and a thread stuck in
+  one that cannot (an NVML call) is left behind as a daemon that ends on its own and does not
+  call ``on_sample`` again.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..arguments import checked
-from ..observation import HardwareSample
+from ..observation import DeviceSample, HardwareSample
 from ..records import Hardware
 from ..settings import check_number
 from .framework_memory import FrameworkMemoryProbe, Reader
@@ -37,13 +43,13 @@ class UnavailableProbe:
     def sample(self) -> Any:
         return self._empty() if callable(self._empty) else self._empty
 
-    def pop_new_messages(self) -> List[str]:
+    def pop_new_messages(self) -> list[str]:
         new, self._messages = self._messages, []
         return new
 
 
-def default_probes(*, all_devices: bool = False, env: Optional[Mapping[str, str]] = None,
-                   framework_reader: Optional[Reader] = None) -> Dict[str, Any]:
+def default_probes(*, all_devices: bool = False, env: Mapping[str, str] | None = None,
+                   framework_reader: Reader | None = None) -> dict[str, Any]:
     """Keyword arguments for ``HardwareSampler``: ``host``, ``devices``, ``framework_memory``.
 
     Host through psutil (when missing, a stand-in that says how to install it); NPUs
@@ -58,8 +64,8 @@ def default_probes(*, all_devices: bool = False, env: Optional[Mapping[str, str]
         host: Any = HostProbe()
     except ImportError as exc:
         host = UnavailableProbe(f"host sampling is off: {exc}", empty=dict)
-    devices: List[Any] = []
-    npu_smi = shutil.which("npu-smi", path=env.get("PATH"))
+    devices: list[Any] = []
+    npu_smi = _on_path("npu-smi", env.get("PATH", os.defpath))
     if npu_smi is not None:  # the found path: ``env``'s PATH may not be this process's
         devices.append(NpuSmiProbe(executable=npu_smi,
                                    devices=None if all_devices else visible_devices_from_env(env)))
@@ -67,6 +73,16 @@ def default_probes(*, all_devices: bool = False, env: Optional[Mapping[str, str]
         devices.append(NvmlProbe())
     framework = FrameworkMemoryProbe(framework_reader) if framework_reader is not None else None
     return {"host": host, "devices": devices, "framework_memory": framework}
+
+
+def _on_path(name: str, path: str) -> str | None:
+    """The first ``name`` on ``path`` that can be run, else the first file of that name: one
+    that lost its x bit is then reported (once) instead of being ignored in silence."""
+    found = shutil.which(name, path=path)
+    if found is not None:
+        return found
+    candidates = (os.path.join(folder, name) for folder in path.split(os.pathsep) if folder)
+    return next((c for c in candidates if os.path.isfile(c)), None)
 
 
 def _nvidia_driver_present(env: Mapping[str, str]) -> bool:
@@ -89,7 +105,7 @@ class HardwareSampler:
 
     def __init__(self, *, interval_s: float, on_sample: Callable[[HardwareSample], None],
                  host: Any = None, devices: Sequence[Any] = (), framework_memory: Any = None,
-                 clock: Callable[[], float] = time.time, join_timeout_s: float = 5.0):
+                 clock: Callable[[], float] = time.time, join_timeout_s: float = 1.0):
         checked(check_number, "interval_s", interval_s, low=0.0, low_open=True)
         if not callable(on_sample):
             raise TypeError(f"on_sample must be callable; got {type(on_sample).__name__}")
@@ -100,11 +116,11 @@ class HardwareSampler:
         self.framework_memory = framework_memory
         self.clock = clock
         self.join_timeout_s = join_timeout_s
-        self.latest: Optional[HardwareSample] = None
+        self.latest: HardwareSample | None = None
         self.samples = 0
         self.errors = 0
         self._lock = threading.RLock()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._messages = OnceMessages()
 
@@ -121,7 +137,7 @@ class HardwareSampler:
                                         name="mindwatch-hardware", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: Optional[float] = None) -> bool:
+    def stop(self, timeout_s: float | None = None) -> bool:
         """Stop and join; True when the thread ended within the timeout. Idempotent.
 
         A thread still inside a slow probe when the timeout passes ends on its own and does
@@ -136,16 +152,29 @@ class HardwareSampler:
         return not thread.is_alive() or thread is threading.current_thread()
 
     def close(self) -> None:
-        """``stop`` and release what probes hold (NVML)."""
+        """``stop`` and release what probes hold (NVML), within about ``join_timeout_s``:
+        probes with ``interrupt`` (``npu-smi``: kills a running call) are interrupted first,
+        since their ``sample`` may be running now."""
+        self._stop.set()
+        probes = [self.host, *self.devices, self.framework_memory]
+        for probe in probes:
+            if hasattr(probe, "interrupt"):
+                self._call("interrupt", probe, probe.interrupt, None)
         self.stop()
-        for probe in [self.host, *self.devices, self.framework_memory]:
+        for probe in probes:
             if hasattr(probe, "close"):
                 self._call("close", probe, probe.close, None)
 
     def _run(self, stop: threading.Event) -> None:
         due = time.monotonic()
         while not stop.is_set():
-            self._tick(stop)
+            try:
+                self._tick(stop)
+            except Exception as exc:   # the thread must outlive any surprise in a sample
+                self.errors += 1
+                self._report(("tick", exc.__class__.__name__),
+                             f"hardware sampler: a sample failed ({exc.__class__.__name__}: "
+                             f"{exc}); sampling goes on (reported once)")
             due += self.interval_s
             now = time.monotonic()
             if due < now:  # a probe overran: skip the missed slots rather than catch up
@@ -157,7 +186,7 @@ class HardwareSampler:
         """Take one sample now on this thread, hand it to ``on_sample`` and return it."""
         return self._tick(None)
 
-    def _tick(self, stop: Optional[threading.Event]) -> HardwareSample:
+    def _tick(self, stop: threading.Event | None) -> HardwareSample:
         with self._lock:
             sample = self._build()
             self.latest = sample
@@ -169,11 +198,14 @@ class HardwareSampler:
     def _build(self) -> HardwareSample:
         sample = HardwareSample(time=self.clock())
         if self.host is not None:
-            host = self._call("host", self.host, self.host.sample, None) or {}
-            for field in Hardware.HOST_FIELDS:
-                setattr(sample, field, host.get(field))
+            host = self._call("host", self.host, self.host.sample, None)
+            if isinstance(host, Mapping):
+                for field in Hardware.HOST_FIELDS:
+                    setattr(sample, field, host.get(field))
         for probe in self.devices:
-            sample.devices.extend(self._call("devices", probe, probe.sample, None) or [])
+            found = self._call("devices", probe, probe.sample, None)
+            if isinstance(found, (list, tuple)):
+                sample.devices.extend(d for d in found if isinstance(d, DeviceSample))
         if self.framework_memory is not None:
             sample.framework_memory = self._call("framework_memory", self.framework_memory,
                                                  self.framework_memory.sample, None)
@@ -194,14 +226,13 @@ class HardwareSampler:
     def _report(self, key: Any, message: str) -> None:
         self._messages.report(key, message)
 
-    def pop_new_messages(self) -> List[str]:
+    def pop_new_messages(self) -> list[str]:
         """The sampler's and its probes' problems not handed out before, each once."""
         new = self._messages.pop()
         for probe in [self.host, *self.devices, self.framework_memory]:
             pop = getattr(probe, "pop_new_messages", None)
             if pop is not None:
-                try:
+                # a broken stand-in must not break the caller's logging
+                with contextlib.suppress(Exception):
                     new.extend(pop())
-                except Exception:
-                    pass  # a broken stand-in must not break the caller's logging
         return new

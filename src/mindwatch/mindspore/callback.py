@@ -1,7 +1,8 @@
 """``TrainMonitor``: the MindSpore callback users add to ``Model.train``."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import mindspore as ms
 from mindspore import nn
@@ -12,11 +13,12 @@ from ..framework import FrameworkHooks
 from ..monitor import Monitor
 from ..records import Run, Step, Versions
 from ..settings import MonitorSettings, check_bool, check_number
+from ..sinks.sink_set import SinkError
 from .checkpoint import resume_snippet, save_atomically
 from .consensus import RankConsensus
 from .distributed import communication_initialised, current_rank
 from .layers import LayerGrouping
-from .lr import applied_lrs
+from .lr import LrReader
 from .memory import mindspore_memory_reader
 from .mindinsight import open_mindinsight_sink
 from .outputs import read_outputs
@@ -65,17 +67,19 @@ class TrainMonitor(Callback):
             resume_hint=resume_snippet, notes=self._report_notes,
             memory_reader=mindspore_memory_reader(),
             sinks={"mindinsight": open_mindinsight_sink})
-        self.train_step: Optional[MonitoredTrainStep] = None
+        self.train_step: MonitoredTrainStep | None = None
         self.monitor = Monitor(
             log_dir, rank=rank.rank, world_size=rank.world_size, local_rank=rank.local_rank,
             stream=stream, clock=clock, framework=framework, **settings)
         self._cb_params = None
         self._last_step_num = 0
-        self._mark: Optional[float] = None
+        self._mark: float | None = None
         self._said_grads_off = False
-        self._layers: Optional[LayerGrouping] = None
-        self._consensus: Optional[RankConsensus] = None
-        self._data_time: Optional[float] = None
+        self._layers: LayerGrouping | None = None
+        self._consensus: RankConsensus | None = None
+        self._data_time: float | None = None
+        self._sink_error: SinkError | None = None
+        self._lr = LrReader()
 
     # -- public API -------------------------------------------------------------------
     @property
@@ -83,7 +87,7 @@ class TrainMonitor(Callback):
         return self.monitor.settings
 
     def wrap(self, net_with_loss: nn.Cell, optimizer: nn.Optimizer, *,
-             clip_grad_norm: Optional[float] = None, skip_anomalous_updates: bool = True,
+             clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
              sens: float = 1.0, per_layer_norms: bool = False) -> MonitoredTrainStep:
         """A train-step Cell that also returns the pre-clip global gradient norm.
 
@@ -127,7 +131,7 @@ class TrainMonitor(Callback):
         self._layers = LayerGrouping([p.name for p in optimizer.parameters])
         return self.train_step
 
-    def observe(self, **fields: Any) -> List[Anomaly]:
+    def observe(self, **fields: Any) -> list[Anomaly]:
         """A custom loop's step, without ``Model``; see ``mindwatch.Monitor.observe``.
 
         Example: ``anomalies = monitor.observe(step=1, loss=2.3, lr=1e-3, grad_norm=0.7)``
@@ -141,11 +145,11 @@ class TrainMonitor(Callback):
         self.monitor.close()
 
     @property
-    def anomalies(self) -> List[Anomaly]:
+    def anomalies(self) -> list[Anomaly]:
         """The current run segment's anomalies, in the order they were found."""
         return self.monitor.anomalies
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The detectors' windows and the loss average, for a resumed run to keep its
         history: save it beside the model checkpoint (it is plain JSON)."""
         return self.monitor.state_dict()
@@ -171,7 +175,7 @@ class TrainMonitor(Callback):
         if self.monitor.world_size > 1 and self._consensus is None:
             self._consensus = self._make_consensus()
 
-    def _make_consensus(self) -> Optional[RankConsensus]:
+    def _make_consensus(self) -> RankConsensus | None:
         rank = current_rank()
         if rank.world_size == self.monitor.world_size and communication_initialised():
             return RankConsensus(rank.rank, rank.world_size)
@@ -204,18 +208,23 @@ class TrainMonitor(Callback):
                            wrapped_by=self.train_step if self._is_wrapped(cb) else None)
         lrs = out.lr_groups
         if lrs is None:
-            lrs = applied_lrs(self._optimizer(cb))
+            lrs = self._lr.applied(self._optimizer(cb))
         if out.grad_norm is None and not self._said_grads_off:
             self._said_grads_off = True
             self.monitor.notice(_GRAD_CHECKS_OFF)
-        self.monitor.observe(
-            step=step, epoch=getattr(cb, "cur_epoch_num", None), loss=out.loss,
-            lr=lrs[0] if lrs else None, lr_groups=lrs if lrs and len(lrs) > 1 else None,
-            grad_norm=out.grad_norm, grads_finite=out.grads_finite, skipped=out.skipped,
-            steps=covered, step_time_s=step_time, batch_size=self._batch_size(cb),
-            layer_grad_norms=None if out.param_sq_norms is None or self._layers is None
-            else self._layers.norms(out.param_sq_norms),
-            extra={**out.extra, Step.DATA_TIME_S: self._data_time})
+        try:
+            self.monitor.observe(
+                step=step, epoch=getattr(cb, "cur_epoch_num", None), loss=out.loss,
+                lr=lrs[0] if lrs else None, lr_groups=lrs if lrs and len(lrs) > 1 else None,
+                grad_norm=out.grad_norm, grads_finite=out.grads_finite, skipped=out.skipped,
+                steps=covered, step_time_s=step_time, batch_size=self._batch_size(cb),
+                layer_grad_norms=None if out.param_sq_norms is None or self._layers is None
+                else self._layers.norms(out.param_sq_norms),
+                extra={**out.extra, Step.DATA_TIME_S: self._data_time})
+        except SinkError as exc:
+            # on_sink_error="raise": stop cleanly after this step (the other ranks still
+            # need this step's exchange), and raise once training has ended.
+            self._sink_error = exc
         if run_context.get_stop_requested():      # a callback before this one asked
             self.monitor.request_stop()
         if self._consensus is not None:
@@ -232,6 +241,9 @@ class TrainMonitor(Callback):
 
     def on_train_end(self, run_context) -> None:
         self.monitor.close()
+        error, self._sink_error = self._sink_error, None
+        if error is not None:
+            raise error
 
     def __exit__(self, exc_type, exc, traceback) -> None:
         # MindSpore enters every callback as a context manager around training, so this runs
@@ -247,7 +259,7 @@ class TrainMonitor(Callback):
         return self.train_step is not None and (network is None or network is self.train_step)
 
     @staticmethod
-    def _optimizer(cb) -> Optional[nn.Optimizer]:
+    def _optimizer(cb) -> nn.Optimizer | None:
         """Model's optimizer, else the one inside the user's own train cell (Model is then
         built without one: ``Model(nn.TrainOneStepCell(net_with_loss, optimizer))``)."""
         optimizer = getattr(cb, "optimizer", None)
@@ -255,7 +267,7 @@ class TrainMonitor(Callback):
             optimizer = getattr(getattr(cb, "train_network", None), "optimizer", None)
         return optimizer if isinstance(optimizer, nn.Optimizer) else None
 
-    def _batch_size(self, cb) -> Optional[int]:
+    def _batch_size(self, cb) -> int | None:
         """Samples in this step: the setting, else the leading dimension of the first input
         actually fed (right even for datasets whose rows are whole batches), else what the
         dataset says (sink mode feeds no element to the callback)."""
@@ -272,15 +284,15 @@ class TrainMonitor(Callback):
         except Exception:  # a dataset without batch information: throughput stays null
             return None
 
-    def _report_notes(self) -> List[str]:
+    def _report_notes(self) -> list[str]:
         if self.train_step is not None and not self.train_step.skip_anomalous:
             return ["wrap(skip_anomalous_updates=False): anomalous updates were applied"]
         return []
 
-    def _save_checkpoint(self, step: int) -> Optional[str]:
+    def _save_checkpoint(self, step: int, reason: str) -> str | None:
         cell = self.train_step
         if cell is None and self._cb_params is not None:
             cell = getattr(self._cb_params, "train_network", None)
         if cell is None:
             return None
-        return save_atomically(cell, self.monitor.log_dir, step, self.monitor.rank)
+        return save_atomically(cell, self.monitor.log_dir, step, self.monitor.rank, reason)

@@ -1,23 +1,37 @@
 """Checkpoints of the weights at an anomaly, written atomically."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import mindspore as ms
 from mindspore import nn
 
-from ..run_dir import checkpoint_path
+from ..run_dir import apply_umask, checkpoint_path
 
 
-def save_atomically(cell: nn.Cell, log_dir: str, step: int, rank: int) -> str:
+def save_atomically(cell: nn.Cell, log_dir: str, step: int, rank: int,
+                    reason: str = "anomaly") -> str:
     """Save ``cell``'s parameters (weights, and optimizer state when ``cell`` holds the
-    optimizer) under a temporary name, then rename: a reader never sees a partial file."""
-    final = checkpoint_path(log_dir, step, rank)
+    optimizer) under a temporary name, then rename: a reader never sees a partial file. A
+    failed save (full disk) leaves no temporary file behind and raises."""
+    final = checkpoint_path(log_dir, step, rank, reason)
     os.makedirs(os.path.dirname(final), exist_ok=True)
     # save_checkpoint appends ".ckpt" to names that lack it, so the temp name keeps the suffix.
     temporary = final[: -len(".ckpt")] + f".tmp-{os.getpid()}.ckpt"
-    ms.save_checkpoint(cell, temporary)
-    os.replace(temporary, final)
+    # MindSpore writes "<name>.tmp" first and renames it to ``temporary``
+    its_own = temporary[: -len(".ckpt")] + ".tmp"
+    try:
+        ms.save_checkpoint(cell, temporary)
+        # MindSpore leaves its file read-only for the owner alone (0o400): the user's umask
+        # decides instead, as for every other file of the run directory
+        apply_umask(temporary)
+        os.replace(temporary, final)
+    except BaseException:
+        for leftover in (temporary, its_own):
+            with contextlib.suppress(OSError):
+                os.remove(leftover)
+        raise
     return final
 
 

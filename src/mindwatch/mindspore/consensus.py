@@ -10,7 +10,6 @@ PyNative collectives fail on the CPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List
 
 import mindspore as ms
 import numpy as np
@@ -29,8 +28,8 @@ class _SumAllReduce(nn.Cell):
 
 @dataclass
 class Exchange:
-    stop_codes: List[int]        # per rank: 0, or 1 + the index of the kind that stops it
-    data_times: List[float]      # per rank: seconds from the previous step's end to this start
+    stop_codes: list[int]        # per rank: 0, or 1 + the index of the kind that stops it
+    data_times: list[float]      # per rank: seconds from the previous step's end to this start
 
 
 class RankConsensus:
@@ -43,5 +42,5 @@ class RankConsensus:
         vector[self.rank] = stop_code
         vector[self.world_size + self.rank] = data_time_s
         total = self._reduce(ms.Tensor(vector)).asnumpy()
-        return Exchange(stop_codes=[int(round(v)) for v in total[:self.world_size]],
+        return Exchange(stop_codes=[round(v) for v in total[:self.world_size]],
                         data_times=[float(v) for v in total[self.world_size:]])

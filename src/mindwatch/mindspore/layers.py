@@ -1,8 +1,6 @@
 """Per-layer gradient norms from the per-parameter squared norms the train step returns."""
 from __future__ import annotations
 
-from typing import Dict, List
-
 import numpy as np
 
 
@@ -12,9 +10,9 @@ def layer_of(parameter_name: str) -> str:
 
 
 class LayerGrouping:
-    def __init__(self, parameter_names: List[str]):
-        self.layers: List[str] = []
-        index: Dict[str, int] = {}
+    def __init__(self, parameter_names: list[str]):
+        self.layers: list[str] = []
+        index: dict[str, int] = {}
         self._members = np.empty(len(parameter_names), dtype=np.int64)
         for position, name in enumerate(parameter_names):
             layer = layer_of(name)
@@ -23,8 +21,9 @@ class LayerGrouping:
                 self.layers.append(layer)
             self._members[position] = index[layer]
 
-    def norms(self, squared: np.ndarray) -> Dict[str, float]:
+    def norms(self, squared: np.ndarray) -> dict[str, float]:
         """Layer name -> L2 norm of all its gradients (float64 sums of float32 squares)."""
         sums = np.zeros(len(self.layers))
         np.add.at(sums, self._members, np.asarray(squared, dtype=np.float64).reshape(-1))
-        return {layer: float(value) for layer, value in zip(self.layers, np.sqrt(sums))}
+        return {layer: float(value)
+                for layer, value in zip(self.layers, np.sqrt(sums), strict=True)}

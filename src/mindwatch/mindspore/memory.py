@@ -1,7 +1,8 @@
 """MindSpore's memory-pool accounting, as a reader for ``hardware.FrameworkMemoryProbe``."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from collections.abc import Callable
+from typing import Any
 
 from ..records import FrameworkMemory
 from ..units import MB  # the same MB as the device samples, so pool and device figures compare
@@ -17,7 +18,7 @@ FIELDS = {
 UNTRACKED_TARGETS = ("CPU",)
 
 
-def mindspore_memory_reader(module: Any = None) -> Callable[[], Dict[str, Any]]:
+def mindspore_memory_reader(module: Any = None) -> Callable[[], dict[str, Any]]:
     """A callable returning ``{"device_target", "allocated_mb", "reserved_mb",
     "max_allocated_mb", "max_reserved_mb"}`` from ``mindspore.runtime`` (MB = 2**20 bytes).
 
@@ -28,12 +29,13 @@ def mindspore_memory_reader(module: Any = None) -> Callable[[], Dict[str, Any]]:
     reader never raises. ``module``: a stand-in for ``mindspore``, for tests.
     """
 
-    def read() -> Dict[str, Any]:
-        out: Dict[str, Any] = {FrameworkMemory.DEVICE_TARGET: None, **dict.fromkeys(FIELDS)}
+    def read() -> dict[str, Any]:
+        out: dict[str, Any] = {FrameworkMemory.DEVICE_TARGET: None, **dict.fromkeys(FIELDS)}
         try:
             ms = module
             if ms is None:
-                import mindspore as ms
+                import mindspore
+                ms = mindspore
             target = ms.get_context("device_target")
             out[FrameworkMemory.DEVICE_TARGET] = target if isinstance(target, str) else None
             if target in UNTRACKED_TARGETS:
@@ -52,12 +54,12 @@ def mindspore_memory_reader(module: Any = None) -> Callable[[], Dict[str, Any]]:
     return read
 
 
-def _stats(runtime: Any) -> Optional[dict]:
+def _stats(runtime: Any) -> dict | None:
     stats = _call(getattr(runtime, "memory_stats", None))
     return stats if isinstance(stats, dict) else None
 
 
-def _call(function: Optional[Callable[[], Any]]) -> Any:
+def _call(function: Callable[[], Any] | None) -> Any:
     if function is None:
         return None
     try:
@@ -66,7 +68,7 @@ def _call(function: Optional[Callable[[], Any]]) -> Any:
         return None
 
 
-def _mb(value: Any) -> Optional[float]:
+def _mb(value: Any) -> float | None:
     if value is None or isinstance(value, (bool, str)):
         return None
     try:

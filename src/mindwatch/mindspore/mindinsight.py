@@ -50,7 +50,8 @@ import re
 import struct
 import threading
 import time
-from typing import Any, Callable, Iterator, Mapping, Optional
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from ..framework import SinkContext
 from ..sinks.base import Sink
@@ -84,7 +85,7 @@ def crc32c_python(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def _fast_crc32c() -> Optional[Callable[[bytes], int]]:
+def _fast_crc32c() -> Callable[[bytes], int] | None:
     """google-crc32c's C implementation (pip install google-crc32c), ~100x quicker, when it is
     installed and really compiled (its pure-Python fallback would be slower than ours)."""
     try:
@@ -157,7 +158,7 @@ def summary_event_class() -> Any:
     return Event
 
 
-def open_mindinsight_sink(context: SinkContext) -> "MindInsightSink":
+def open_mindinsight_sink(context: SinkContext) -> MindInsightSink:
     """The factory ``TrainMonitor`` hands the core for ``mindinsight=True``."""
     return MindInsightSink(context.log_dir, context.rank)
 
@@ -172,7 +173,7 @@ class MindInsightSink(Sink):
         self.rank = rank
         self.directory = os.path.join(log_dir, "summary", f"mindwatch_rank{rank}")
         os.makedirs(self.directory, exist_ok=True)
-        self._fd: Optional[int] = None
+        self._fd: int | None = None
         self.path = self._create_file()
         self._view = ScalarView()
         self._lock = threading.Lock()
@@ -188,16 +189,20 @@ class MindInsightSink(Sink):
                     f"{_host()}{FILE_SUFFIX}")
             path = os.path.join(self.directory, name)
             try:
-                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                # 0o666: the umask decides, as for every other file of the run directory
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
                 return path
             except FileExistsError:
                 stamp += 1
 
     def _append(self, event: Any) -> None:
+        fd = self._fd
+        if fd is None:      # not reached: __init__ opens the file, write() checks first
+            raise RuntimeError(f"MindInsight sink for {self.path} is already closed")
         data = frame(event.SerializeToString())
         written = 0
         while written < len(data):             # os.write may write less than asked
-            written += os.write(self._fd, data[written:])
+            written += os.write(fd, data[written:])
 
     def write(self, record: Mapping[str, Any]) -> None:
         with self._lock:

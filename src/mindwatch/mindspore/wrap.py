@@ -7,8 +7,6 @@ every rank agrees on and the number people mean by "grad norm".
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
@@ -77,7 +75,7 @@ class MonitoredTrainStep(nn.Cell):
     """
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
-                 clip_grad_norm: Optional[float] = None, skip_anomalous_updates: bool = True,
+                 clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
                  sens: float = 1.0, per_layer_norms: bool = False):
         super().__init__(auto_prefix=False)
         self.network = network
@@ -132,7 +130,7 @@ class MonitoredTrainStep(nn.Cell):
         if self.fused_norm:
             parts = [_as_float32(ops.reshape(g, (-1,))) for g in grads]
             if self.norm_padding:
-                parts = parts + [self.norm_pad]
+                parts = [*parts, self.norm_pad]
             rows = ops.reshape(ops.cat(parts), (FUSED_NORM_ROWS, -1))
             grad_norm = ops.sqrt(ops.reduce_sum(ops.reduce_sum(ops.square(rows), 1)))
         else:

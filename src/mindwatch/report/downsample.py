@@ -19,19 +19,21 @@ C builtins (``min``, ``list.index``, slicing), about 0.1 s per million points.
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import bisect_left, bisect_right
-from typing import Iterable, List, Optional, Sequence, Tuple
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 from ..settings import check_int
 
-Series = Tuple[List[float], List[float]]
+Series = tuple[list[float], list[float]]
 
 
 def _nonfinite_class(value: float) -> int:
     return 0 if math.isnan(value) else (1 if value > 0 else -1)
 
 
-def _thin(indices: List[int], budget: int) -> List[int]:
+def _thin(indices: list[int], budget: int) -> list[int]:
     """Evenly spaced subset of at most ``budget`` indices, first and last included."""
     if len(indices) <= budget:
         return indices
@@ -41,9 +43,9 @@ def _thin(indices: List[int], budget: int) -> List[int]:
     return sorted({indices[round(i * stride)] for i in range(budget)})
 
 
-def _nonfinite_events(values: Sequence[float], indices: List[int]) -> List[int]:
+def _nonfinite_events(values: Sequence[float], indices: list[int]) -> list[int]:
     """First and last index of every run of the same non-finite class."""
-    events: List[int] = []
+    events: list[int] = []
     previous_index = previous_class = None
     for index in indices:
         cls = _nonfinite_class(values[index])
@@ -57,9 +59,9 @@ def _nonfinite_events(values: Sequence[float], indices: List[int]) -> List[int]:
     return events
 
 
-def _min_max(values: List[float], positions: Sequence[int], buckets: int) -> List[int]:
+def _min_max(values: list[float], positions: Sequence[int], buckets: int) -> list[int]:
     """Positions of the min and max of each of ``buckets`` equal slices of ``values``."""
-    chosen: List[int] = []
+    chosen: list[int] = []
     count = len(values)
     for bucket in range(buckets):
         start = bucket * count // buckets
@@ -74,50 +76,58 @@ def _min_max(values: List[float], positions: Sequence[int], buckets: int) -> Lis
     return chosen
 
 
-def _positions(steps: Sequence[float], known: Sequence[int], keep: set) -> List[int]:
+def _positions(steps: Sequence[float], known: Sequence[int], keep: set) -> list[int]:
     """Indices (among ``known``) whose step is in ``keep``; bisection when steps ascend."""
     if not keep:
         return []
     if isinstance(known, range) and list(steps) == sorted(steps):   # C speed, ~10 ns a step
-        found: List[int] = []
+        found: list[int] = []
         for step in keep:
             found.extend(range(bisect_left(steps, step), bisect_right(steps, step)))
         return found
     return [i for i in known if steps[i] in keep]
 
 
-def downsample(steps: Sequence[float], values: Sequence[Optional[float]], max_points: int,
-               keep: Iterable[float] = ()) -> Series:
+def downsample(steps: Sequence[float], values: Sequence[float | None], max_points: int,
+               keep: Iterable[float] = (), *, keep_at: Iterable[int] = ()) -> Series:
     """At most ``max_points`` points of the series (more only when ``keep`` alone is larger).
+    ``keep``: steps whose points stay; ``keep_at``: indices whose points stay (the same, found
+    once for all the series of a rank, which share their steps).
 
     Returns ``(steps, values)`` as new lists, in the input order, ``None`` values left out.
     """
     check_int("max_points", max_points, minimum=2)
     if len(steps) != len(values):
         raise ValueError(f"steps and values differ in length: {len(steps)} != {len(values)}")
-    # The common case (no None, all finite) stays in C loops: `in`, map, slicing.
-    known: Sequence[int] = range(len(values)) if None not in values else \
-        [i for i, v in enumerate(values) if v is not None]
+    # The common case (no None, all finite) stays in C loops: `in`, map, slicing; an array
+    # (runlog.columns) holds no None at all.
+    known: Sequence[int] = range(len(values)) if isinstance(values, array) or (
+        None not in values) else [i for i, v in enumerate(values) if v is not None]
+    # From here on values are read only at ``known`` indices (all of them when it is a range),
+    # none of which holds None; the type checker cannot follow that, so say it once.
+    numbers = cast("Sequence[float]", values)
     if len(known) <= max_points:
-        return [steps[i] for i in known], [values[i] for i in known]
+        return [steps[i] for i in known], [numbers[i] for i in known]
     # A finite float sum means no NaN and no inf (an inf term makes it inf or NaN); a sum that
     # overflows only sends the series down the slower, exact path.
-    if isinstance(known, range) and math.isfinite(sum(values)):
+    if isinstance(known, range) and math.isfinite(sum(numbers)):
         finite: Sequence[int] = known
-        finite_values, nonfinite = list(values), []
+        finite_values = numbers.tolist() if isinstance(numbers, array) else list(numbers)
+        nonfinite = []
     else:
-        finite = [i for i in known if math.isfinite(values[i])]
-        nonfinite = [i for i in known if not math.isfinite(values[i])]
-        finite_values = [values[i] for i in finite]
+        finite = [i for i in known if math.isfinite(numbers[i])]
+        nonfinite = [i for i in known if not math.isfinite(numbers[i])]
+        finite_values = [numbers[i] for i in finite]
     forced = set(_positions(steps, known, set(keep)))
+    forced.update(i for i in keep_at if numbers[i] is not None)
     if finite:
         forced.update((finite[0], finite[-1]))
     budget = max(max_points - len(forced), 0)
     # Non-finite events get at most a quarter of the budget: they are rare in a healthy run
     # and, when they are not, evenly spaced markers still show where they happened.
-    events = _thin(_nonfinite_events(values, nonfinite), budget // 4) if nonfinite else []
+    events = _thin(_nonfinite_events(numbers, nonfinite), budget // 4) if nonfinite else []
     forced.update(events)
     budget = max(max_points - len(forced), 0)
     chosen = _min_max(finite_values, finite, budget // 2) if budget >= 2 else []
     picked = sorted(forced.union(chosen))
-    return [steps[i] for i in picked], [values[i] for i in picked]
+    return [steps[i] for i in picked], [numbers[i] for i in picked]

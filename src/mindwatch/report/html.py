@@ -15,24 +15,29 @@ import html
 import json
 import os
 import time
+from collections.abc import Iterable, Mapping
 from importlib import resources
-from typing import Any, Iterable, List, Mapping, Optional
+from typing import Any
 
 from .. import format as fmt
 from .. import records
 from ..records import Anomaly, Common, End, Run, Step
 from ..run_dir import write_text_atomically
 from ..runlog import RunLog
-from .panels import MAX_ANOMALY_ROWS, build_panels, gc_paused, run_settings, scan_log
+from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, run_settings, scan_logs
+from .summary import skipped_note
 
 _esc = html.escape
+_STRICT = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
 def _json_block(data: Any) -> str:
     """Strict JSON (NaN/Infinity as strings) that cannot end its <script> element: every '<'
     becomes \\u003c, which JSON.parse reads back unchanged."""
-    text = json.dumps(records.to_strict(data), allow_nan=False, ensure_ascii=False,
-                      separators=(",", ":"))
+    try:      # usually every number is finite: no need to walk the data for one that is not
+        text = _STRICT.encode(data)
+    except ValueError:
+        text = _STRICT.encode(records.to_strict(data))
     return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
@@ -58,7 +63,7 @@ def _table(headers: Iterable[str], rows: Iterable[str], css: str = "") -> str:
            "</table>"
 
 
-def _anomaly_rows(run: RunLog, anomalies, link_base: str) -> List[str]:
+def _anomaly_rows(run: RunLog, anomalies, link_base: str) -> list[str]:
     rows = []
     for a in anomalies[:MAX_ANOMALY_ROWS]:
         link = fmt.MISSING
@@ -77,31 +82,42 @@ def _anomaly_rows(run: RunLog, anomalies, link_base: str) -> List[str]:
     return rows
 
 
-def _rank_rows(scans) -> List[str]:
+def _rank_rows(scans: list[Scanned]) -> list[str]:
     rows = []
-    for scan in scans:
-        log, info, steps = scan["log"], scan["run"] or {}, scan[Step.STEP]
-        end = log.end
+    for scanned in scans:
+        log, scan = scanned.log, scanned.scan
+        info, steps, end = scan.run or {}, scan.steps[Step.STEP], scan.end
         status = end.get(End.REASON) if end else "no end record (running or crashed)"
         cells = [log.rank, info.get(Run.HOST), info.get(Run.PID), steps[-1] if steps else 0,
                  status, fmt.duration(end.get(End.ELAPSED_S)) if end else None,
-                 len(scan["anomalies"]), "yes" if log.torn_tail else "no"]
+                 len(scan.anomalies), "yes" if log.torn_tail else "no", log.skipped]
         rows.append("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in cells) + "</tr>")
     return rows
+
+
+def _skipped_note(run: RunLog) -> str:
+    """A visible warning that the page leaves out lines of the logs it could not read."""
+    notes = [f"rank {log.rank}: {skipped_note(log.skipped, log.skipped_at)}"
+             for log in run.ranks if log.skipped]
+    if not notes:
+        return ""
+    return ('<p class="skipped" id="skipped">Some log lines could not be read (torn by a '
+            "crash or a full disk, or not run-log records) and are left out; the page shows "
+            f"every other record. {_esc('; '.join(notes))}.</p>")
 
 
 def _plot_js() -> str:
     return resources.files("mindwatch.report").joinpath("plot.js").read_text(encoding="utf-8")
 
 
-def render_html(run: RunLog, *, max_points: int = 2000, link_base: Optional[str] = None) -> str:
+def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = None) -> str:
     """The report page. ``link_base``: the folder the page will be saved in (default: the run
     directory), so links to ``anomalies/*.md`` resolve from there."""
     with gc_paused():
-        scans = [scan_log(log) for log in run.ranks]
+        scans = scan_logs(run)
         panels = build_panels(run, max_points, scans)
     settings = run_settings(scans)
-    anomalies = [a for scan in scans for a in scan["anomalies"]]
+    anomalies = [a for scanned in scans for a in scanned.scan.anomalies]
     data = {"panels": panels,
             "anomalies": [{Anomaly.STEP: a.get(Anomaly.STEP), Common.RANK: a.get(Common.RANK),
                            "kind": a.get(Anomaly.ANOMALY),
@@ -122,10 +138,11 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: Optional[str]
         '<main id="report" data-rendered="0">', f"<h1>{_esc(title)}</h1>",
         f'<p class="meta">{len(run.ranks)} rank(s), {_esc(verdict)}; generated '
         f'{_esc(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>',
-        '<div id="errors" class="errors"></div>',
+        _skipped_note(run), '<div id="errors" class="errors"></div>',
         "<noscript>The charts need JavaScript; the tables below do not.</noscript>",
         '<div id="panels"></div>', "<h2>Ranks</h2>",
-        _table(["rank", "host", "pid", "last step", "end", "elapsed", "anomalies", "torn tail"],
+        _table(["rank", "host", "pid", "last step", "end", "elapsed", "anomalies", "torn tail",
+                "skipped lines"],
                _rank_rows(scans)),
         f'<h2>Anomalies ({len(anomalies)})</h2>',
         _table(["step", "rank", "kind", "value", "threshold", "actions", "message", "report"],
@@ -149,6 +166,7 @@ body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;backgr
 main{max-width:1280px;margin:0 auto;padding:16px 24px}
 h1{font-size:20px;margin:8px 0 2px;word-break:break-all}h2{font-size:16px;margin:24px 0 8px}
 .meta{color:#5b6670;margin:0 0 12px}
+.skipped{background:#fff4d6;border:1px solid #e0b84c;color:#6b4e00;padding:6px 10px}
 .errors:not(:empty){white-space:pre-wrap;background:#fde8e8;color:#9b1c1c;padding:8px}
 .panel{background:#fff;border:1px solid #dde1e5;border-radius:6px;margin:0 0 12px;
   padding:8px 12px}

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, List, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..records import Anomaly
 from ..runlog import RunLog
-from .panels import MAX_ANOMALY_ROWS, build_panels, gc_paused, scan_log
+from .panels import MAX_ANOMALY_ROWS, build_panels, gc_paused, scan_logs
 
 PNG_PANELS = ("loss", "lr", "grad_norm", "step_time")
 
 
-def _draw_png(panel: Mapping[str, Any], marks: List[int], width: int, height: int):
+def _draw_png(panel: Mapping[str, Any], marks: list[int], width: int, height: int):
     from PIL import Image, ImageDraw, ImageFont
     img = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(img)
@@ -63,8 +64,8 @@ def _draw_png(panel: Mapping[str, Any], marks: List[int], width: int, height: in
         if ln.get("faint"):     # a third of the colour on white
             colour = "#" + "".join(f"{(int(colour[i:i + 2], 16) + 2 * 255) // 3:02x}"
                                    for i in (1, 3, 5))
-        segment: List[tuple] = []
-        for x, v in list(zip(ln["x"], ln["y"])) + [(None, math.nan)]:
+        segment: list[tuple] = []
+        for x, v in [*zip(ln["x"], ln["y"], strict=True), (None, math.nan)]:
             if math.isfinite(v) and (v > 0 or not log):
                 segment.append((px(x), py(v)))
                 continue
@@ -83,19 +84,18 @@ _SPREAD = {"min": 2, "median": 0, "max": 1}
 
 
 def _colour(line: Mapping[str, Any]) -> str:
-    index = line["rank"] if line["rank"] >= 0 else _SPREAD[line.get("spread")]
+    index = line["rank"] if line["rank"] >= 0 else _SPREAD[line["spread"]]
     return _PALETTE[index % len(_PALETTE)]
 
 
-def write_pngs(run: RunLog, out_dir: str, *, width: int = 1000, height: int = 360) -> List[str]:
+def write_pngs(run: RunLog, out_dir: str, *, width: int = 1000, height: int = 360) -> list[str]:
     """The main panels (loss, LR, gradient norm, step time) as PNG files; returns the paths."""
     os.makedirs(out_dir, exist_ok=True)
     with gc_paused():
-        scans = [scan_log(log) for log in run.ranks]
+        scans = scan_logs(run)
         panels = {p["id"]: p for p in build_panels(run, width, scans)}
-    marks = sorted({a.get(Anomaly.STEP) for scan in scans
-                    for a in scan["anomalies"][:MAX_ANOMALY_ROWS]
-                    if isinstance(a.get(Anomaly.STEP), int)})
+    marks = sorted({step for scanned in scans for a in scanned.scan.anomalies[:MAX_ANOMALY_ROWS]
+                    if isinstance(step := a.get(Anomaly.STEP), int)})
     paths = []
     for panel_id in PNG_PANELS:
         path = os.path.join(out_dir, f"{panel_id}.png")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import TypeGuard, cast
 
 STATS = ("min", "median", "max")
+_BLOCK = 8192
 
 
 def _median_of_sorted(row: Sequence[float]) -> float:
@@ -29,22 +31,38 @@ def _stats(row: Sequence[float]) -> tuple[float, float, float]:
 
 
 def per_step(steps: Sequence[Sequence[float]], values: Sequence[Sequence[float | None]]
-             ) -> tuple[list[float], dict[str, list[float]]]:
+             ) -> tuple[Sequence[float], dict[str, list[float]]]:
     """Each step's spread across ranks: ``steps[r]``/``values[r]`` are rank r's columns.
     Returns the steps (ascending) and ``{stat: one value per step}``."""
     first = steps[0]
     if all(column == first for column in steps) and all(
             None not in column and math.isfinite(sum(cast("Sequence[float]", column)))
             for column in values):
-        # Usual case, same steps everywhere and all finite: whole columns through C builtins.
-        at, rows = list(first), list(map(sorted, zip(*values, strict=True)))
-    else:
-        by_step: dict[float, list[float]] = {}
-        for rank_steps, rank_values in zip(steps, values, strict=True):
-            for step, value in zip(rank_steps, rank_values, strict=True):
-                if _finite(value):
-                    by_step.setdefault(step, []).append(value)
-        at = sorted(by_step)
-        rows = [sorted(by_step[step]) for step in at]
+        # Usual case, same steps everywhere and all finite: whole columns through C builtins,
+        # a block of steps at a time (a sorted row per step is ~300 bytes).
+        stats: dict[str, list[float]] = {stat: [] for stat in STATS}
+        for start in range(0, len(first), _BLOCK):
+            rows = list(map(sorted, zip(*(column[start:start + _BLOCK] for column in values),
+                                        strict=True)))
+            for stat, column in zip(STATS, _columns(rows, len(values)), strict=True):
+                stats[stat] += column
+        return first, stats
+    by_step: dict[float, list[float]] = {}
+    for rank_steps, rank_values in zip(steps, values, strict=True):
+        for step, value in zip(rank_steps, rank_values, strict=True):
+            if _finite(value):
+                by_step.setdefault(step, []).append(value)
+    at = sorted(by_step)
+    rows = [sorted(by_step[step]) for step in at]
     columns = list(zip(*map(_stats, rows), strict=True)) if rows else [(), (), ()]
     return at, {stat: list(column) for stat, column in zip(STATS, columns, strict=True)}
+
+
+def _columns(rows: list[list[float]], width: int) -> tuple[list[float], ...]:
+    """min, median, max of sorted rows of ``width`` values, as ``_stats`` gives them."""
+    middle = width // 2
+    if width % 2:
+        medians = list(map(itemgetter(middle), rows))
+    else:
+        medians = [(low + high) / 2 for low, high in map(itemgetter(middle - 1, middle), rows)]
+    return list(map(itemgetter(0), rows)), medians, list(map(itemgetter(-1), rows))

@@ -1,76 +1,102 @@
-"""``mindwatch summary``: a short verdict of a run, as text or JSON."""
+"""``mindwatch summary``: a short verdict of a run, as text or JSON.
+
+Healthy (exit 0) means every rank's latest segment ended ``completed`` and no rank logged an
+anomaly. Anything else readable is exit 1, and the verdict names it: anomalies, then the
+endings that are not ``completed`` (an error, a signal, an abort, a run with no ``end``
+record because it still runs or died). Unreadable input never gets here (exit 2).
+"""
 from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from .. import format as fmt
 from .. import records
 from ..records import Anomaly, Common, End, Step
-from ..runlog import RunLog
+from ..runlog import RankScan, RunLog
 from .spread import STATS, min_median_max
+from .steps import StepIndex, last_common_step
 
 HEALTHY, ANOMALIES = 0, 1
 # Summary keys that are not record fields: a rank's end reason, the anomalies found.
 _END, _ANOMALIES = records.END, "anomalies"
+NO_END = "running or crashed (no end record)"
+# The verdict's word for each way a rank can end other than "completed", worst first. A
+# "stopped" run with anomalies was stopped by them: the anomalies say it already.
+_ENDINGS = {records.ERROR: "FAILED", records.SIGNAL: "STOPPED BY SIGNAL",
+            records.ABORTED: "ABORTED", NO_END: "NO END RECORD (running or crashed)",
+            records.STOPPED: "STOPPED"}
 ANOMALY_FIELDS = (Anomaly.ANOMALY, Anomaly.STEP, Anomaly.ACTIONS, Anomaly.MESSAGE)
 
 
-def summarize(run: RunLog) -> Dict[str, Any]:
-    ranks: List[Dict[str, Any]] = []
-    for log in run.ranks:
-        steps = log.steps
-        losses = [s[Step.LOSS] for s in steps if s.get(Step.LOSS) is not None
-                  and math.isfinite(s[Step.LOSS])]
-        end = log.end
+def summarize(run: RunLog) -> dict[str, Any]:
+    ranks: list[dict[str, Any]] = []
+    scans = [log.scan for log in run.ranks]
+    for log, scan in zip(run.ranks, scans, strict=True):
+        steps, end = scan.steps, scan.end
+        last = scan.step_count - 1
         ranks.append({
             Common.RANK: log.rank,
-            End.STEPS: steps[-1][Step.STEP] if steps else 0,
-            "first_loss": losses[0] if losses else None,
-            "last_loss_smooth": steps[-1].get(Step.LOSS_SMOOTH) if steps else None,
-            "skipped_steps": sum(1 for s in steps if s.get(Step.SKIPPED)),
-            _END: end.get(End.REASON) if end else "running or crashed (no end record)",
+            End.STEPS: steps[Step.STEP][last] if last >= 0 else 0,
+            "first_loss": next((v for v in steps[Step.LOSS]
+                                if v is not None and math.isfinite(v)), None),
+            "last_loss_smooth": steps[Step.LOSS_SMOOTH][last] if last >= 0 else None,
+            "skipped_steps": scan.skipped_steps,
+            _END: str(end.get(End.REASON)) if end else NO_END,
             End.ELAPSED_S: end.get(End.ELAPSED_S) if end else None,
             "torn_last_line": log.torn_tail,
-            _ANOMALIES: [{name: a.get(name) for name in ANOMALY_FIELDS} for a in log.anomalies],
+            "skipped_lines": log.skipped,
+            "skipped_at": list(log.skipped_at),
+            _ANOMALIES: [{name: a.get(name) for name in ANOMALY_FIELDS} for a in scan.anomalies],
         })
     anomalies = sum(len(r[_ANOMALIES]) for r in ranks)
-    spread = _spread(run) if len(run.ranks) > 1 else None
-    errored = any(r[_END] == records.ERROR for r in ranks)
-    healthy = anomalies == 0 and not errored
-    return {"directory": run.directory, "healthy": healthy, _ANOMALIES: anomalies,
+    spread = _spread(scans) if len(scans) > 1 else None
+    healthy = anomalies == 0 and all(r[_END] == records.COMPLETED for r in ranks)
+    return {"directory": run.directory, "healthy": healthy,
+            "verdict": _verdict(anomalies, [r[_END] for r in ranks]), _ANOMALIES: anomalies,
+            "skipped_lines": sum(r["skipped_lines"] for r in ranks),
             "ranks": ranks, "spread": spread,
             "exit_code": HEALTHY if healthy else ANOMALIES}
 
 
-def _spread(run: RunLog) -> Optional[Dict[str, Any]]:
+def _verdict(anomalies: int, endings: list[str]) -> str:
+    words = [f"{anomalies} ANOMALIES"] if anomalies else []
+    known = [word for ending, word in _ENDINGS.items() if ending in endings
+             and not (ending == records.STOPPED and anomalies)]
+    unknown = sorted({f"ENDED {e.upper()}" for e in endings
+                      if e not in _ENDINGS and e != records.COMPLETED})
+    return ", ".join(words + known + unknown) or "HEALTHY"
+
+
+def _spread(scans: list[RankScan]) -> dict[str, Any] | None:
     """Across ranks: the loss at the last step all ranks logged, and each rank's median step
     time (a straggler shows as a wide step-time spread only without data parallelism; with
-    it, see the ``straggler`` anomalies)."""
-    by_rank = [{s[Step.STEP]: s for s in log.steps} for log in run.ranks]
-    common = set.intersection(*(set(steps) for steps in by_rank))
-    if not common:
+    it, see the ``straggler`` anomalies). A step logged twice (a resumed run) counts once,
+    with its last record."""
+    at = [StepIndex(scan.steps[Step.STEP]) for scan in scans]
+    last = last_common_step(at)
+    if last is None:
         return None
-    last = max(common)
-    times = [statistics.median(t) for t in ([s[Step.STEP_TIME_S] for s in steps.values()
-                                             if s.get(Step.STEP_TIME_S) is not None]
-                                            for steps in by_rank) if t]
+    times = [statistics.median(t) for t in (index.values(scan.steps[Step.STEP_TIME_S])
+                                            for index, scan in zip(at, scans, strict=True))
+             if t]
     return {Step.STEP: last,
-            Step.LOSS: min_median_max(steps[last].get(Step.LOSS) for steps in by_rank),
+            Step.LOSS: min_median_max(scan.steps[Step.LOSS][index.position(last)]
+                                      for index, scan in zip(at, scans, strict=True)),
             Step.STEP_TIME_S: min_median_max(times)}
 
 
-def render_text(summary: Dict[str, Any]) -> str:
-    verdict = "HEALTHY" if summary["healthy"] else (
-        f"{summary[_ANOMALIES]} ANOMALIES" if summary[_ANOMALIES] else "FAILED")
-    lines = [f"{summary['directory']}: {verdict}"]
+def render_text(summary: dict[str, Any]) -> str:
+    lines = [f"{summary['directory']}: {summary['verdict']}"]
     for rank in summary["ranks"]:
         lines.append(
             f"  rank {rank[Common.RANK]}: {rank[End.STEPS]} steps, {rank[_END]}"
             f" in {fmt.duration(rank[End.ELAPSED_S])}; loss {fmt.number(rank['first_loss'])} -> "
             f"{fmt.number(rank['last_loss_smooth'])} (smoothed)"
-            + (f"; {rank['skipped_steps']} updates withheld" if rank["skipped_steps"] else ""))
+            + (f"; {rank['skipped_steps']} updates withheld" if rank["skipped_steps"] else "")
+            + (f"; {skipped_note(rank['skipped_lines'], rank['skipped_at'])}"
+               if rank["skipped_lines"] else ""))
         for anomaly in rank[_ANOMALIES]:
             lines.append(f"    step {anomaly[Anomaly.STEP]}: {anomaly[Anomaly.ANOMALY]} "
                          f"[{', '.join(anomaly[Anomaly.ACTIONS] or [])}] "
@@ -86,3 +112,14 @@ def render_text(summary: Dict[str, Any]) -> str:
                          + "/".join(fmt.duration(spread[Step.STEP_TIME_S][s]) for s in STATS))
         lines.append("  " + "; ".join(parts))
     return "\n".join(lines)
+
+
+def skipped_note(count: int, at: list[int]) -> str:
+    """"2 unreadable lines skipped (lines 5, 9)", or "" when none was skipped."""
+    if not count:
+        return ""
+    if not at:         # their numbers are not known yet (the live view, before the history)
+        return f"{count} unreadable line{'s' if count > 1 else ''} skipped"
+    where = ", ".join(map(str, at)) + (", ..." if count > len(at) else "")
+    return (f"{count} unreadable line{'s' if count > 1 else ''} skipped "
+            f"(line{'s' if count > 1 else ''} {where})")

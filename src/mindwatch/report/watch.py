@@ -2,8 +2,8 @@
 
 Three separable parts, so each can be tested without a terminal or a running job:
 
-- ``Follower`` tails every ``rank_*.jsonl`` by byte offset and returns only whole new records
-  (a line without its newline yet is kept back until it is complete);
+- ``Follower`` (``runlog.follower``) tails every ``rank_*.jsonl`` and returns only whole new
+  records, skipping and counting bad lines;
 - ``WatchState`` folds records into what the view shows (latest step, recent losses, latest
   hardware sample, last anomalies, whether each rank ended);
 - ``render(state)`` turns that into a rich renderable; ``watch`` loops over the three.
@@ -13,11 +13,11 @@ Numbers go through ``mindwatch.format``, so the console lines and this view read
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -29,114 +29,109 @@ from rich.text import Text
 from .. import format as fmt
 from .. import records
 from ..records import Anomaly, Common, Device, End, Hardware, Run, Step, device_label
-from ..run_dir import rank_logs, rank_of
-from ..runlog import LineDecoder, RunLogError
+from ..runlog import RunLogError
+from ..runlog.follower import Follower
 from ..settings import check_number
+from .summary import skipped_note
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 16
 LAST_ANOMALIES = 5
 EXIT_ENDED, EXIT_NOT_ENDED, EXIT_INTERRUPTED = 0, 1, 130
 
-
-class _Tail:
-    def __init__(self, path: str):
-        self.path = path
-        self.offset = 0
-        self.inode: Optional[int] = None
-        self.decoder = LineDecoder(path)   # keeps a line back until its newline is written
+__all__ = ["Follower", "NoRunLogs", "RankState", "WatchState", "render", "sparkline", "watch"]
 
 
-class Follower:
-    """Returns the records appended to a run directory's rank logs since the last ``poll``."""
-
-    def __init__(self, run_dir: str):
-        self.run_dir = run_dir
-        self._tails: Dict[str, _Tail] = {}
-
-    @property
-    def exists(self) -> bool:
-        return os.path.isdir(self.run_dir)
-
-    def poll(self) -> List[Dict[str, Any]]:
-        if not self.exists:
-            return []
-        for _, path in rank_logs(self.run_dir):
-            if path not in self._tails:
-                self._tails[path] = _Tail(path)
-        found: List[Dict[str, Any]] = []
-        for path in sorted(self._tails):
-            found.extend(self._read(self._tails[path]))
-        return found
-
-    def _read(self, tail: _Tail) -> List[Dict[str, Any]]:
-        try:
-            with open(tail.path, "rb") as handle:
-                stat = os.fstat(handle.fileno())
-                if stat.st_ino != tail.inode or stat.st_size < tail.offset:
-                    # A new run without resume recreates the log: start it over.
-                    if tail.inode is not None:
-                        tail.offset, tail.decoder = 0, LineDecoder(tail.path)
-                    tail.inode = stat.st_ino
-                handle.seek(tail.offset)
-                data = handle.read()
-        except FileNotFoundError:     # removed between glob and open: it may come back
-            return []
-        except OSError as exc:
-            raise RunLogError(f"cannot read {tail.path}: {exc.strerror or exc}") from exc
-        tail.offset += len(data)
-        found = tail.decoder.feed(data)
-        for record in found:
-            record.setdefault(Common.RANK, rank_of(tail.path))
-        return found
+class NoRunLogs(RunLogError):
+    """No ``rank_<R>.jsonl`` appeared in the run directory within ``wait_s``."""
 
 
 @dataclass
 class RankState:
     rank: int
-    run: Optional[Dict[str, Any]] = None
-    step: Optional[Dict[str, Any]] = None
-    hardware: Optional[Dict[str, Any]] = None
-    end: Optional[Dict[str, Any]] = None
-    losses: Deque[Optional[float]] = field(default_factory=lambda: deque(maxlen=SPARK_WIDTH))
-    anomalies: Deque[Dict[str, Any]] = field(default_factory=lambda: deque(maxlen=LAST_ANOMALIES))
+    run: dict[str, Any] | None = None
+    step: dict[str, Any] | None = None
+    hardware: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    losses: deque[float | None] = field(default_factory=lambda: deque(maxlen=SPARK_WIDTH))
+    anomalies: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=LAST_ANOMALIES))
     anomaly_count: int = 0
+
+    def fold(self, record: dict[str, Any]) -> None:
+        kind = record.get(Common.KIND)
+        if kind == records.RUN:
+            self.run, self.end = record, None    # a new segment: running again
+        elif kind == records.STEP:
+            self.step = record
+            self.losses.append(record.get(Step.LOSS))
+        elif kind == records.HARDWARE:
+            self.hardware = record
+        elif kind == records.ANOMALY:
+            self.anomalies.append(record)
+            self.anomaly_count += 1
+        elif kind == records.END:
+            self.end = record
+
+    def after(self, past: RankState) -> RankState:
+        """This state folded after ``past``: what the records of both, in order, make."""
+        both = RankState(self.rank, anomaly_count=past.anomaly_count + self.anomaly_count)
+        both.run = self.run if self.run is not None else past.run
+        both.end = self.end if self.run is not None or self.end is not None else past.end
+        both.step = self.step if self.step is not None else past.step
+        both.hardware = self.hardware if self.hardware is not None else past.hardware
+        both.losses.extend([*past.losses, *self.losses])
+        both.anomalies.extend([*past.anomalies, *self.anomalies])
+        return both
 
 
 class WatchState:
+    """What the view shows, folded from records: those of ``update`` (the logs' tails, then
+    what they append) after those of ``update_history`` (what lies before the tails, read
+    later, ``Follower.read_history``)."""
+
     def __init__(self, run_dir: str):
         self.run_dir = run_dir
-        self.ranks: Dict[int, RankState] = {}
         self.exists = False
+        self.skipped: dict[int, tuple[int, list[int]]] = {}    # Follower.skipped
+        self.history_left = 0.0                                # Follower.history_left
+        self._recent: dict[int, RankState] = {}
+        self._past: dict[int, RankState] = {}
 
-    def update(self, new: List[Dict[str, Any]]) -> None:
-        for record in new:
+    def update(self, new: list[dict[str, Any]]) -> None:
+        self._fold(self._recent, new)
+
+    def update_history(self, old: list[dict[str, Any]]) -> None:
+        self._fold(self._past, old)
+
+    @staticmethod
+    def _fold(states: dict[int, RankState], found: list[dict[str, Any]]) -> None:
+        for record in found:
             rank = record[Common.RANK]
-            state = self.ranks.setdefault(rank, RankState(rank))
-            kind = record.get(Common.KIND)
-            if kind == records.RUN:
-                state.run, state.end = record, None    # a new segment: running again
-            elif kind == records.STEP:
-                state.step = record
-                state.losses.append(record.get(Step.LOSS))
-            elif kind == records.HARDWARE:
-                state.hardware = record
-            elif kind == records.ANOMALY:
-                state.anomalies.append(record)
-                state.anomaly_count += 1
-            elif kind == records.END:
-                state.end = record
+            state = states.get(rank)
+            if state is None:
+                state = states[rank] = RankState(rank)
+            state.fold(record)
+
+    @property
+    def ranks(self) -> dict[int, RankState]:
+        out = dict(self._past)
+        for rank, recent in self._recent.items():
+            past = self._past.get(rank)
+            out[rank] = recent if past is None else recent.after(past)
+        return out
 
     @property
     def world_size(self) -> int:
-        sizes = [s.run.get(Run.WORLD_SIZE) for s in self.ranks.values() if s.run]
-        return max([len(self.ranks)] + [n for n in sizes if isinstance(n, int)])
+        ranks = self.ranks
+        sizes = [s.run.get(Run.WORLD_SIZE) for s in ranks.values() if s.run]
+        return max([len(ranks)] + [n for n in sizes if isinstance(n, int)])
 
     @property
     def all_ended(self) -> bool:
         """Every rank the run announced has logged an ``end`` record."""
-        return bool(self.ranks) and len(self.ranks) >= self.world_size and all(
-            s.end is not None for s in self.ranks.values())
+        ranks = self.ranks
+        return bool(ranks) and len(ranks) >= self.world_size and all(
+            s.end is not None for s in ranks.values())
 
 
 def sparkline(values, width: int = SPARK_WIDTH) -> str:
@@ -158,7 +153,7 @@ def sparkline(values, width: int = SPARK_WIDTH) -> str:
     return "".join(out)
 
 
-def _devices(hardware: Optional[Dict[str, Any]]) -> str:
+def _devices(hardware: dict[str, Any] | None) -> str:
     if not hardware or not hardware.get(Hardware.DEVICES):
         return fmt.MISSING
     return "; ".join(f"{device_label(d)} {fmt.percent(d.get(Device.UTIL_PERCENT))}"
@@ -174,12 +169,13 @@ def _status(state: RankState) -> Text:
     return Text("running", style="cyan")
 
 
-def render(state: WatchState, *, elapsed_s: Optional[float] = None, final: bool = False):
+def render(state: WatchState, *, elapsed_s: float | None = None, final: bool = False):
     """The whole view for the current state, as one rich renderable."""
     if not state.exists:
         return Panel(Text(f"waiting for {state.run_dir} to appear ...", style="yellow"),
                      title="mindwatch watch")
-    if not state.ranks:
+    ranks = state.ranks
+    if not ranks:
         return Panel(Text(f"waiting for rank_*.jsonl run logs in {state.run_dir} ...",
                           style="yellow"), title="mindwatch watch")
     # Borderless columns: ten of them must fit in 120 terminal columns.
@@ -193,8 +189,8 @@ def render(state: WatchState, *, elapsed_s: Optional[float] = None, final: bool 
     for name in ("rank", "cpu", "host memory", "process RSS", "devices (util, temp, memory)"):
         hardware.add_column(name, justify="right" if name != "devices (util, temp, memory)"
                             else "left")
-    for rank in sorted(state.ranks):
-        rs = state.ranks[rank]
+    for rank in sorted(ranks):
+        rs = ranks[rank]
         step = rs.step or {}
         total = (rs.run or {}).get(Run.TOTAL_STEPS)
         table.add_row(
@@ -208,13 +204,17 @@ def render(state: WatchState, *, elapsed_s: Optional[float] = None, final: bool 
             hardware.add_row(str(rank), fmt.percent(hw.get(Hardware.CPU_PERCENT)),
                              fmt.gigabytes(hw.get(Hardware.MEM_USED_GB)),
                              fmt.gigabytes(hw.get(Hardware.RSS_GB)), _devices(hw))
-    parts: List[Any] = [table]
+    parts: list[Any] = [table]
+    if state.skipped:
+        parts.append(Text("; ".join(f"rank {rank}: {skipped_note(count, at)}" for rank, (
+            count, at) in sorted(state.skipped.items())) + " (torn or not run-log records)",
+            style="yellow"))
     if hardware.row_count:
         parts.append(hardware)
-    anomalies = sorted((a for rs in state.ranks.values() for a in rs.anomalies),
+    anomalies = sorted((a for rs in ranks.values() for a in rs.anomalies),
                        key=lambda a: (a.get(Common.TIME) or 0, a.get(Common.RANK))
                        )[-LAST_ANOMALIES:]
-    count = sum(rs.anomaly_count for rs in state.ranks.values())
+    count = sum(rs.anomaly_count for rs in ranks.values())
     if anomalies:
         recent = Table(title=f"last anomalies ({count} in all)", box=box.SIMPLE_HEAD,
                        header_style="bold red", title_justify="left", pad_edge=False,
@@ -226,23 +226,31 @@ def render(state: WatchState, *, elapsed_s: Optional[float] = None, final: bool 
                            str(a.get(Anomaly.ANOMALY)), fmt.number(a.get(Anomaly.VALUE)),
                            ", ".join(a.get(Anomaly.ACTIONS) or []), str(a.get(Anomaly.MESSAGE)))
         parts.append(recent)
-    ended = sum(1 for rs in state.ranks.values() if rs.end is not None)
-    where = f"{state.run_dir}: {len(state.ranks)}/{state.world_size} rank(s), {ended} ended"
+    ended = sum(1 for rs in ranks.values() if rs.end is not None)
+    where = f"{state.run_dir}: {len(ranks)}/{state.world_size} rank(s), {ended} ended"
+    if state.history_left:
+        where += f", reading older records ({1 - state.history_left:.0%})"
     if elapsed_s is not None:
         where += f", watching for {fmt.duration(elapsed_s)}"
     title = Text("mindwatch watch" + (" (final)" if final else "") + ": ", style="bold")
     return Group(title.append(where, style="none"), *parts)
 
 
-def watch(run_dir: str, *, console: Optional[Console] = None, refresh_s: float = 0.5,
+def watch(run_dir: str, *, console: Console | None = None, refresh_s: float = 0.5,
           clock: Callable[[], float] = time.monotonic, stop_when_ended: bool = True,
-          timeout_s: Optional[float] = None, sleep: Callable[[float], None] = time.sleep) -> int:
+          timeout_s: float | None = None, sleep: Callable[[float], None] = time.sleep,
+          wait_s: float | None = None) -> int:
     """Follow ``run_dir`` until every rank has ended (returns 0), ``timeout_s`` passes (1) or
-    Ctrl-C (130). The last view stays on screen as the final table."""
+    Ctrl-C (130). The last view stays on screen as the final table.
+
+    ``wait_s``: raise RunLogError when no ``rank_<R>.jsonl`` is there within that many
+    seconds (0: at once), instead of waiting for the run to start (None)."""
     check_number("refresh_s", refresh_s, low=0, low_open=True)
     console = console or Console()
     follower, state = Follower(run_dir), WatchState(run_dir)
     start = clock()
+    if wait_s is not None:
+        _wait_for_logs(follower, wait_s, refresh_s, clock, sleep)
     code = EXIT_NOT_ENDED
     # auto_refresh off: we redraw after each poll, so no second thread touches the state.
     with Live(render(state), console=console, auto_refresh=False, transient=False) as live:
@@ -250,16 +258,35 @@ def watch(run_dir: str, *, console: Optional[Console] = None, refresh_s: float =
             while True:
                 state.exists = follower.exists
                 state.update(follower.poll())
-                if stop_when_ended and state.all_ended:
+                state.skipped = follower.skipped
+                state.history_left = follower.history_left
+                if stop_when_ended and state.all_ended and not state.history_left:
                     code = EXIT_ENDED
                     break
                 if timeout_s is not None and clock() - start >= timeout_s:
                     break
                 live.update(render(state, elapsed_s=clock() - start), refresh=True)
-                sleep(refresh_s)
+                if state.history_left:      # instead of waiting: older records, till refresh
+                    deadline = clock() + refresh_s
+                    while follower.history_left and clock() < deadline:
+                        state.update_history(follower.read_history())
+                else:
+                    sleep(refresh_s)
         except KeyboardInterrupt:
             code = EXIT_INTERRUPTED
         # Printed once by Live when it stops (on a terminal it stays; into a file it is the
         # only output): the final table.
         live.update(render(state, elapsed_s=clock() - start, final=True), refresh=True)
     return code
+
+
+def _wait_for_logs(follower: Follower, wait_s: float, refresh_s: float,
+                   clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
+    deadline = clock() + wait_s
+    while not follower.has_logs:
+        if clock() >= deadline:
+            what = ("no rank_<R>.jsonl run logs" if follower.exists
+                    else "no such run directory")
+            waited = f" after waiting {wait_s:g} s" if wait_s else ""
+            raise NoRunLogs(f"{follower.run_dir}: {what}{waited}")
+        sleep(min(refresh_s, max(deadline - clock(), 0.0)))

@@ -3,7 +3,8 @@ and a progress bar with ETA when (and only when) the stream is a terminal."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Mapping, Optional, TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 from .. import format as fmt
 from .. import records
@@ -17,17 +18,17 @@ class ConsoleSink(Sink):
     """``verbose=False`` keeps only what a non-zero rank must still say: anomalies and errors."""
 
     def __init__(self, *, rank: int = 0, print_interval: int = 10, verbose: bool = True,
-                 stream: Optional[TextIO] = None, progress: Optional[bool] = None):
+                 stream: TextIO | None = None, progress: bool | None = None):
         self.stream = stream if stream is not None else sys.stdout
         self.rank = rank
         self.print_interval = print_interval
         self.verbose = verbose
         isatty = getattr(self.stream, "isatty", lambda: False)
         self.progress = (isatty() and verbose) if progress is None else progress
-        self.total_steps: Optional[int] = None
+        self.total_steps: int | None = None
         self._bar_shown = False
         self._last_step = 0
-        self._time_per_step: Optional[float] = None
+        self._time_per_step: float | None = None
 
     # -- output helpers -------------------------------------------------------------------
     def _line(self, text: str) -> None:

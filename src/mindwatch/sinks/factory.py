@@ -2,7 +2,8 @@
 construction, naming what to install: a sink the user asked for never disappears silently."""
 from __future__ import annotations
 
-from typing import Any, List, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..framework import SinkContext, SinkFactory
 from .base import Sink
@@ -24,9 +25,9 @@ def check_framework_views(settings: Any, framework_sinks: Mapping[str, SinkFacto
 
 
 def open_sinks(settings: Any, *, log_dir: str, log_path: str, rank: int, local_rank: int,
-               console: Sink, framework_sinks: Mapping[str, SinkFactory]) -> List[Sink]:
+               console: Sink, framework_sinks: Mapping[str, SinkFactory]) -> list[Sink]:
     check_framework_views(settings, framework_sinks)
-    sinks: List[Sink] = [JsonlSink(log_path), console]
+    sinks: list[Sink] = [JsonlSink(log_path), console]
     try:
         if settings.tensorboard:
             from .tensorboard import TensorBoardSink
@@ -39,7 +40,8 @@ def open_sinks(settings: Any, *, log_dir: str, log_path: str, rank: int, local_r
             from .prometheus import PrometheusSink
             # One port per process: rank r of a node serves on port + its local rank.
             port = settings.prometheus_port
-            sinks.append(PrometheusSink(port + local_rank if port else 0, rank))
+            sinks.append(PrometheusSink(port + local_rank if port else 0, rank,
+                                        host=settings.prometheus_host))
     except BaseException:
         for sink in sinks:
             if sink is not console:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Dict, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from .. import records
 from ..anomaly import ANOMALY_KINDS
+from ..checks import check_token
 from ..numbers import to_number
 from ..records import Anomaly, Common, Device, Hardware, Step, device_label
 from .base import Sink
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 # (record field, metric name, help); units in the names follow Prometheus' naming practice.
 _STEP_GAUGES = (
@@ -61,13 +66,14 @@ class PrometheusSink(Sink):
                 "the Prometheus sink (prometheus_port=...) needs the prometheus-client package: "
                 "pip install prometheus-client   (or: pip install 'mindwatch[prometheus]')"
             ) from exc
+        check_token("host", host)
         self.rank = str(rank)
         self.host = host
         self.registry = CollectorRegistry(auto_describe=True)
-        self._gauges: Dict[str, Any] = {}
+        self._gauges: dict[str, Any] = {}
         for field, name, doc in _STEP_GAUGES + _HOST_GAUGES:
             self._gauges[field] = Gauge(name, doc, ["rank"], registry=self.registry)
-        self._device_gauges: Dict[str, Any] = {
+        self._device_gauges: dict[str, Any] = {
             field: Gauge(name, doc, ["rank", "device"], registry=self.registry)
             for field, name, doc in _DEVICE_GAUGES}
         self.anomalies = Counter("mindwatch_anomalies", "Anomalies detected, by kind",
@@ -86,15 +92,17 @@ class PrometheusSink(Sink):
             raise RuntimeError("the Prometheus sink needs prometheus-client >= 0.17 (its "
                                "start_http_server must return the server): "
                                "pip install -U prometheus-client")
+        self._server: WSGIServer | None       # None once closed
         self._server, self._thread = started
         self.port: int = self._server.server_port
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/metrics"
+        host = f"[{self.host}]" if ":" in self.host else self.host     # an IPv6 address
+        return f"http://{host}:{self.port}/metrics"
 
-    def _set(self, field: str, value: Any, device: Optional[str] = None) -> None:
-        key: Tuple[str, Optional[str]] = (field, device)
+    def _set(self, field: str, value: Any, device: str | None = None) -> None:
+        key: tuple[str, str | None] = (field, device)
         number_ = to_number(value)
         if number_ is None:
             if key not in self._known:

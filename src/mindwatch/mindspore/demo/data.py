@@ -12,7 +12,7 @@ from importlib import resources
 
 import numpy as np
 
-__all__ = ["corpus_text", "vocab", "vocab_size", "encode", "decode", "make_dataset"]
+__all__ = ["corpus_text", "decode", "encode", "make_dataset", "vocab", "vocab_size"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -64,7 +64,8 @@ def make_windows(*, batch_size: int, seq_len: int, num_batches: int, seed: int):
     randomness is drawn up front from a seeded generator, so the same seed always
     gives the same batches no matter how the dataset pipeline schedules work.
     """
-    for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("num_batches", num_batches)):
+    for name, value in (("batch_size", batch_size), ("seq_len", seq_len),
+                        ("num_batches", num_batches)):
         if int(value) < 1:
             raise ValueError(f"{name} must be >= 1, got {value!r}")
     ids = _corpus_ids()

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import mindspore as ms
+import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 from . import data
 
-__all__ = ["TinyGPT", "LMWithLoss", "WarmupCosineLR", "build_demo"]
+__all__ = ["LMWithLoss", "TinyGPT", "WarmupCosineLR", "build_demo"]
 
 
 class CausalSelfAttention(nn.Cell):
@@ -65,12 +65,14 @@ class MLP(nn.Cell):
 
 
 class Block(nn.Cell):
-    """Pre-LayerNorm block: keeps the residual path clean, so training is stable without warm-up tricks."""
+    """Pre-LayerNorm block: keeps the residual path clean, so training is stable without
+    warm-up tricks."""
 
     def __init__(self, *, d_model: int, n_heads: int, d_ff: int, seq_len: int, dropout: float):
         super().__init__()
         self.ln1 = nn.LayerNorm((d_model,))
-        self.attn = CausalSelfAttention(d_model=d_model, n_heads=n_heads, seq_len=seq_len, dropout=dropout)
+        self.attn = CausalSelfAttention(d_model=d_model, n_heads=n_heads, seq_len=seq_len,
+                                        dropout=dropout)
         self.ln2 = nn.LayerNorm((d_model,))
         self.mlp = MLP(d_model=d_model, d_ff=d_ff, dropout=dropout)
 
@@ -106,7 +108,8 @@ class TinyGPT(nn.Cell):
 
 
 class LMWithLoss(nn.Cell):
-    """Wraps a language model so ``construct(tokens, targets)`` returns the mean token cross-entropy."""
+    """Wraps a language model so ``construct(tokens, targets)`` returns the mean token
+    cross-entropy."""
 
     def __init__(self, model: nn.Cell):
         # auto_prefix=False keeps Parameter.name as the model's own (``blocks.0.attn.qkv.weight``),
@@ -137,7 +140,8 @@ class WarmupCosineLR(LearningRateSchedule):
     def __init__(self, *, max_lr: float, total_steps: int, warmup_steps: int, min_lr: float = 0.0):
         super().__init__()
         if not 0 < warmup_steps < total_steps:
-            raise ValueError(f"need 0 < warmup_steps < total_steps, got {warmup_steps}, {total_steps}")
+            raise ValueError(
+                f"need 0 < warmup_steps < total_steps, got {warmup_steps}, {total_steps}")
         self.max_lr = float(max_lr)
         self.min_lr = float(min_lr)
         self.warmup_steps = float(warmup_steps)
@@ -177,5 +181,6 @@ def build_demo(*, seed: int = 0, steps: int = 300, batch_size: int = 16, seq_len
         [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
         learning_rate=schedule, beta1=0.9, beta2=0.99,
     )
-    dataset = data.make_dataset(batch_size=batch_size, seq_len=seq_len, num_batches=steps, seed=seed)
+    dataset = data.make_dataset(batch_size=batch_size, seq_len=seq_len, num_batches=steps,
+                                seed=seed)
     return net_with_loss, optimizer, dataset

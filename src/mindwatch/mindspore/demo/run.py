@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, TextIO
+from typing import TextIO
 
 import mindspore as ms
 
@@ -19,7 +19,7 @@ __all__ = ["DemoResult", "parse_inject", "run_demo"]
 @dataclass
 class DemoResult:
     run_dir: str
-    anomalies: List[Anomaly] = field(default_factory=list)
+    anomalies: list[Anomaly] = field(default_factory=list)
     steps: int = 0
 
 
@@ -27,8 +27,8 @@ def default_run_dir() -> str:
     return os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
 
 
-def run_demo(*, out: Optional[str] = None, steps: int = 300, inject: Optional[Injection] = None,
-             seed: int = 0, stream: Optional[TextIO] = None, print_interval: int = 25,
+def run_demo(*, out: str | None = None, steps: int = 300, inject: Injection | None = None,
+             seed: int = 0, stream: TextIO | None = None, print_interval: int = 25,
              **settings) -> DemoResult:
     run_dir = out or default_run_dir()
     ms.set_device("CPU")                 # set_context(device_target=...) is deprecated

@@ -1,0 +1,329 @@
+"""Time and memory of the views (`summary`, `report`, `watch`) on a long run, side by side with
+one plain ``json.loads`` pass over the same lines, and with TensorBoard's EventAccumulator.
+
+The run is generated on the fly into a temporary directory, one process per rank: RANKS x
+STEPS step records with every field the monitor writes (MindSpore adapter: loss scale, data
+time), a hardware record every 2 s of simulated time with one NPU each, an epoch record every
+10,000 steps, two anomalies (rank 0 and the last rank), and an end record; every line through
+``mindwatch.records.encode``, so the format is the writer's. Each measurement runs in a fresh
+child process (``--child``), which reports its wall time and the peak RSS of itself and of
+its largest worker (``getrusage``); ratios are against the ``json.loads`` pass of this run.
+
+- json.loads: every line of every rank, one process, nothing kept.
+- summary / report: the commands as ``mindwatch.cli.main`` runs them (report writes the
+  HTML, its size is printed).
+- watch: the time from starting the process to the first frame that shows data, drawn
+  into a terminal-like buffer (the command's loop, stopped right after that frame).
+- TensorBoard: the same run's scalars written by mindwatch's TensorBoardSink for the first
+  TB_STEPS steps of every rank, read back with EventAccumulator; its time is scaled
+  linearly to STEPS (the reading is linear in the events).
+
+    python benchmarks/views.py [--ranks 8] [--steps 200000] [--tb-steps 20000]
+                               [--baseline-src DIR]
+
+``--baseline-src DIR``: also time the views of another source tree (``DIR/mindwatch``, e.g.
+a checkout from before a change) on the same run; ``MINDWATCH_JSON=json`` in the
+environment times the standard-json path of this one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+from mindwatch import records
+
+GOALS = {"summary": 0.3, "report": 0.6}     # at most this times the json.loads pass
+RSS_GOAL_MB = 500
+WATCH_GOAL_S = 1.0
+HTML_GOAL_MB = 10
+START = 1_700_000_000.0                     # simulated wall clock, Unix seconds
+
+
+def _config() -> dict:
+    return {"print_interval": 10, "loss_smoothing": 0.9, "batch_size": 32,
+            "grad_explode": 100.0, "grad_vanish": 1e-6, "max_temperature_c": 85.0,
+            "hardware_interval_s": 2.0, "on_anomaly": "warn"}
+
+
+def write_rank(path: str, rank: int, ranks: int, steps: int) -> None:
+    rng = random.Random(rank)
+    now, smooth, next_sample = START, None, START + 2.0
+    spike, explode = (steps * 2 // 5, 0), (steps * 7 // 10, ranks - 1)
+    lines = [records.encode({
+        "kind": "run", "rank": rank, "time": now, "schema": records.SCHEMA_VERSION,
+        "world_size": ranks, "host": f"node{rank // 8}", "pid": 4000 + rank, "config": _config(),
+        "versions": {"mindwatch": "0.1.0", "mindspore": "2.10.0", "python": "3.11.7"},
+        "log_path": path, "total_steps": steps, "argv": ["train.py"], "wrapped": True,
+        "mode": "GRAPH_MODE", "device_target": "Ascend", "dataset_sink_mode": False})]
+    with open(path, "w", encoding="utf-8") as handle:
+        for step in range(1, steps + 1):
+            step_time = 0.1 + 0.02 * rng.random()
+            now += step_time
+            loss = 3.0 / (1 + step / 20_000) + 0.05 * rng.random()
+            if (step, rank) == spike:
+                loss *= 4
+            smooth = loss if smooth is None else 0.9 * smooth + 0.1 * loss
+            grad = 500.0 if (step, rank) == explode else 1.0 + rng.random()
+            lines.append(records.encode({
+                "kind": "step", "rank": rank, "time": now, "step": step,
+                "epoch": 1 + step // 10_000, "loss": loss, "loss_smooth": smooth,
+                "lr": 3e-4 * min(1.0, step / 2000), "grad_norm": grad, "step_time_s": step_time,
+                "skipped": False, "steps_covered": 1, "samples_per_s": 32 / step_time,
+                "loss_scale": 65536.0, "data_time_s": 0.002 * rng.random()}))
+            if (step, rank) in (spike, explode):
+                kind = "loss_spike" if (step, rank) == spike else "gradient_explode"
+                lines.append(records.encode({
+                    "kind": "anomaly", "rank": rank, "time": now, "anomaly": kind, "step": step,
+                    "value": loss if kind == "loss_spike" else grad, "threshold": 10.0,
+                    "message": f"{kind} at step {step}", "actions": ["warn"],
+                    "checkpoint": None, "report": None}))
+            if now >= next_sample:
+                next_sample += 2.0
+                lines.append(records.encode({
+                    "kind": "hardware", "rank": rank, "time": now,
+                    "cpu_percent": 40 + 20 * rng.random(), "mem_used_gb": 200 + rng.random(),
+                    "mem_available_gb": 800.0, "rss_gb": 12.5, "devices": [{
+                        "type": "npu", "index": rank, "util_percent": 80 + 20 * rng.random(),
+                        "mem_used_mb": 30_000.0 + step % 1000, "mem_total_mb": 65536.0,
+                        "temp_c": 55 + 10 * rng.random(), "power_w": 300.0}],
+                    "framework_memory": None}))
+            if step % 10_000 == 0:
+                lines.append(records.encode({
+                    "kind": "epoch", "rank": rank, "time": now, "epoch": step // 10_000,
+                    "loss_mean": smooth, "steps": 10_000, "loss_change": None,
+                    "converging": None, "nonfinite_losses": 0}))
+            if len(lines) >= 10_000:
+                handle.write("\n".join(lines) + "\n")
+                lines = []
+        lines.append(records.encode({"kind": "end", "rank": rank, "time": now,
+                                     "reason": "completed", "steps": steps,
+                                     "elapsed_s": now - START, "error": None,
+                                     "stopped_by": None}))
+        handle.write("\n".join(lines) + "\n")
+
+
+def generate(run_dir: str, ranks: int, steps: int) -> None:
+    jobs = [(os.path.join(run_dir, f"rank_{r}.jsonl"), r, ranks, steps) for r in range(ranks)]
+    with multiprocessing.Pool(min(ranks, os.cpu_count() or 1)) as pool:
+        pool.starmap(write_rank, jobs)
+
+
+def write_tensorboard(run_dir: str, ranks: int, steps: int) -> None:
+    """The first ``steps`` steps of every rank's log, through mindwatch's TensorBoardSink."""
+    from mindwatch.sinks.tensorboard import TensorBoardSink
+    for rank in range(ranks):
+        sink = TensorBoardSink(run_dir, rank, flush_secs=60)
+        with open(os.path.join(run_dir, f"rank_{rank}.jsonl"), encoding="utf-8") as handle:
+            for line in handle:
+                record = records.decode(line)
+                if record.get("step", 0) > steps:
+                    break
+                sink.write(record)
+        sink.close()
+
+
+# -- the measurements, each in a child process ----------------------------------------------
+def _json_pass(run_dir: str) -> dict:
+    lines = 0
+    for name in sorted(os.listdir(run_dir)):
+        if name.startswith("rank_") and name.endswith(".jsonl"):
+            with open(os.path.join(run_dir, name), "rb") as handle:
+                for line in handle:
+                    json.loads(line)
+                    lines += 1
+    return {"lines": lines}
+
+
+def _command(argv: list[str]) -> dict:
+    from mindwatch.cli import main
+    with open(os.devnull, "w") as null:
+        stdout, sys.stdout = sys.stdout, null
+        try:
+            code = main(argv)
+        finally:
+            sys.stdout = stdout
+    return {"exit_code": code}
+
+
+def _watch(run_dir: str) -> dict:
+    """The command's loop into a terminal-like buffer, stopped after the first frame that
+    shows data; returns when that frame was drawn (time.monotonic, shared by processes)."""
+    import io
+
+    from rich.console import Console
+
+    import mindwatch.report.watch as live
+    marks: dict[str, float] = {}
+    draw = live.render
+
+    def render(state, **options):
+        frame = draw(state, **options)
+        if state.ranks and "first" not in marks:
+            marks["first"] = time.monotonic()
+        return frame
+
+    def stop(_seconds: float) -> None:
+        if "first" in marks:
+            raise KeyboardInterrupt
+
+    live.render = render
+    console = Console(file=io.StringIO(), width=160, force_terminal=True)
+    code = live.watch(run_dir, console=console, refresh_s=0.5, sleep=stop)
+    return {"exit_code": code, "first_frame": marks.get("first")}
+
+
+def _tensorboard(run_dir: str) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    points = 0
+    for name in sorted(os.listdir(os.path.join(run_dir, "tensorboard"))):
+        events = EventAccumulator(os.path.join(run_dir, "tensorboard", name),
+                                  size_guidance={"scalars": 0})     # 0: keep every point
+        events.Reload()
+        points += sum(len(events.Scalars(tag)) for tag in events.Tags()["scalars"])
+    return {"points": points}
+
+
+def child(kind: str, run_dir: str, out: str) -> None:
+    started = time.perf_counter()
+    if kind == "json":
+        result = _json_pass(run_dir)
+    elif kind == "summary":
+        result = _command(["summary", run_dir])
+    elif kind == "report":
+        result = _command(["report", run_dir, "-o", out])
+    elif kind == "watch":
+        result = _watch(run_dir)
+    else:
+        result = _tensorboard(run_dir)
+    result["seconds"] = time.perf_counter() - started
+    result["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["workers_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+def measure(kind: str, run_dir: str, out: str = "", src: str | None = None) -> dict:
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, __file__, "--child", kind, run_dir, out], env=env,
+                          capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["wall"] = time.monotonic() - began          # the process's whole life
+    if result.get("first_frame"):
+        result["wall"] = result["first_frame"] - began
+    return result
+
+
+# -- the table -------------------------------------------------------------------------------
+def _rss(result: dict) -> tuple[float, str]:
+    """The peak of the process and its workers together (at most: each worker's peak taken
+    as the largest one's), and how it reads."""
+    own, worker = result["rss_mb"], result["workers_rss_mb"]
+    if not worker:
+        return own, f"{own:.0f} MB"
+    workers = min(os.cpu_count() or 1, result.get("ranks", 1))
+    total = own + workers * worker
+    return total, f"<= {total:.0f} MB ({own:.0f} MB + {workers} workers x {worker:.0f} MB)"
+
+
+def _verdict(ok: bool) -> str:
+    return "OK" if ok else "OVER"
+
+
+def _anomalies_on_curves(html_path: str) -> str:
+    """Every anomaly's step is a point of its rank's loss curve in the page's data."""
+    with open(html_path, encoding="utf-8") as handle:
+        page = handle.read()
+    data = json.loads(page.split('id="mw-data">')[1].split("</script>")[0])
+    loss = {line["rank"]: set(line["x"]) for panel in data["panels"] if panel["id"] == "loss"
+            for line in panel["lines"] if not line.get("faint")}
+    found = [a for a in data["anomalies"] if a["step"] in loss.get(a["rank"], ())]
+    return f"{len(found)}/{len(data['anomalies'])} anomalies on their curves " + _verdict(
+        len(found) == len(data["anomalies"]) > 0)
+
+
+def report_rows(results: dict, base: float, ranks: int, html: str) -> None:
+    print(f"{'':32}{'time':>9}{'x json':>8}  {'goal':12}peak RSS")
+    for name, result in results.items():
+        result["ranks"] = ranks
+        total, rss = _rss(result)
+        ratio = result["wall"] / base
+        goal = ""
+        kind = name.split()[0]
+        if kind in GOALS:
+            goal = f"<= {GOALS[kind]:.1f} " + _verdict(ratio <= GOALS[kind])
+        elif kind == "watch":
+            goal = f"< {WATCH_GOAL_S:.0f} s " + _verdict(result["wall"] < WATCH_GOAL_S)
+        if kind != "json.loads":
+            rss += f" (< {RSS_GOAL_MB} MB {_verdict(total < RSS_GOAL_MB)})"
+        print(f"{name:32}{result['wall']:8.2f}s{ratio:8.2f}  {goal:12}{rss}")
+    if html:
+        size = os.path.getsize(html) / 1e6
+        print(f"report HTML: {size:.2f} MB (< {HTML_GOAL_MB} MB {_verdict(size < HTML_GOAL_MB)}); "
+              + _anomalies_on_curves(html))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=200_000)
+    parser.add_argument("--tb-steps", type=int, default=20_000,
+                        help="steps per rank written to TensorBoard (0: skip TensorBoard)")
+    parser.add_argument("--baseline-src", metavar="DIR",
+                        help="also time the views of the mindwatch package in DIR")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(*args.child)
+        return 0
+    from mindwatch.runlog import fast
+    parser_name = "msgspec" if fast.parser() is not None else "json (standard library)"
+    with tempfile.TemporaryDirectory(prefix="mindwatch-views-") as tmp:
+        run_dir = os.path.join(tmp, "run")
+        os.mkdir(run_dir)
+        began = time.perf_counter()
+        generate(run_dir, args.ranks, args.steps)
+        size = sum(os.path.getsize(os.path.join(run_dir, n)) for n in os.listdir(run_dir))
+        print(f"run: {args.ranks} ranks x {args.steps:,} steps, {size / 1e6:.1f} MB of JSONL "
+              f"(generated in {time.perf_counter() - began:.1f} s); parser: {parser_name}; "
+              f"{os.cpu_count()} CPUs")
+        results = {"json.loads pass": measure("json", run_dir)}
+        html = os.path.join(tmp, "report.html")
+        results["summary"] = measure("summary", run_dir)
+        results["report"] = measure("report", run_dir, html)
+        results["watch (first frame)"] = measure("watch", run_dir)
+        if args.baseline_src:
+            for kind in ("summary", "report", "watch"):
+                results[f"{kind} (baseline)"] = measure(kind, run_dir, html + ".base",
+                                                        args.baseline_src)
+        base = results["json.loads pass"]["wall"]
+        print(f"json.loads pass: {results['json.loads pass']['lines']:,} lines")
+        report_rows(results, base, args.ranks, html)
+        if args.tb_steps:
+            tensorboard(run_dir, args.ranks, min(args.tb_steps, args.steps), args.steps, base)
+    return 0
+
+
+def tensorboard(run_dir: str, ranks: int, steps: int, full: int, base: float) -> None:
+    began = time.perf_counter()
+    write_tensorboard(run_dir, ranks, steps)
+    written = time.perf_counter() - began
+    result = measure("tensorboard", run_dir)
+    scaled = result["wall"] * full / steps
+    print(f"TensorBoard EventAccumulator, same scalars ({result['points']:,} points of "
+          f"{ranks} x {steps:,} steps, written in {written:.1f} s): {result['wall']:.2f} s, "
+          f"peak RSS {result['rss_mb']:.0f} MB; scaled to {full:,} steps: {scaled:.1f} s = "
+          f"{scaled / base:.2f} x the json.loads pass")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

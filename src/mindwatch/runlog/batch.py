@@ -1,0 +1,116 @@
+"""Decoding run-log lines by the block, for the views that read a whole file (``reader.py``).
+
+With msgspec, a block of lines (a 4 MiB chunk) is decoded in one call into Structs of the
+fields the views read (``fast.py``): no Python work per line, which is most of the cost of
+reading a log line by line. A ``run``, ``epoch``, ``anomaly``, ``notice`` or ``end`` line is
+then decoded again, whole, by the standard path, which judges it (they are a few in a
+million). A block that msgspec cannot take whole (a torn or foreign line, an unknown kind, a
+line not in ASCII, a blank line) is decoded line by line, each line msgspec refuses going to
+the standard path: skips, counts and errors are ``LineDecoder``'s, line for line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from .. import records
+from ..records import Common
+from .fast import LONG_LINE, FastParser, might_nest_deeply
+from .lines import MAX_LINE_BYTES, LineDecoder, Record
+
+
+@dataclass
+class Batch:
+    """What a chunk held, by use: step records (msgspec Structs or dicts), hardware records
+    with the number of steps of the batch before each, every other record in file order."""
+    steps: list[Any] = field(default_factory=list)
+    hardware: list[tuple[int, Any]] = field(default_factory=list)
+    others: list[Record] = field(default_factory=list)
+
+    def add(self, record: Record) -> None:
+        kind = record.get(Common.KIND)
+        if kind == records.STEP:
+            self.steps.append(record)
+        elif kind == records.HARDWARE:
+            self.hardware.append((len(self.steps), record))
+        else:
+            self.others.append(record)
+
+
+class BatchDecoder(LineDecoder):
+    def feed_batch(self, data: bytes, batch: Batch) -> None:
+        """``feed``, into ``batch``: with msgspec, step and hardware records are Structs whose
+        values are not revived yet ("NaN" is still a string)."""
+        plain = data.isascii() and self.pending.isascii()      # then so is every line
+        lines = self._complete(data)
+        parser = self.fast
+        start = 0
+        while start < len(lines) and (parser is None or self._first):
+            self._one(lines[start], batch)         # the first record decides: a run log?
+            start += 1
+        if start == len(lines):
+            return
+        assert parser is not None
+        rest = lines[start:] if start else lines
+        if not (plain and self._block(rest, parser, batch)):
+            for raw in rest:
+                self._typed(raw, parser, batch)
+
+    def _one(self, raw: bytes | None, batch: Batch) -> None:
+        self.line += 1
+        record = self._record(raw, self.line)
+        if record is not None:
+            batch.add(record)
+
+    def _typed(self, raw: bytes | None, parser: FastParser, batch: Batch) -> None:
+        if raw is None or len(raw) > MAX_LINE_BYTES or not parser.usable(raw):
+            self._one(raw, batch)
+            return
+        try:
+            item = parser.typed.decode(raw)
+        except parser.errors:           # another kind, or a line the standard path judges
+            self._one(raw, batch)
+            return
+        self.line += 1
+        self.records += 1
+        if type(item) is parser.StepLine:
+            batch.steps.append(item)
+        else:
+            batch.hardware.append((len(batch.steps), item))
+
+    def _block(self, found: list[bytes | None], parser: FastParser, batch: Batch) -> bool:
+        """Decodes ``found`` (ASCII lines) in one msgspec call; False, nothing done, when it
+        cannot take them all."""
+        if not found or None in found:
+            return False
+        lines = cast("list[bytes]", found)
+        longest = max(map(len, lines))
+        if longest > MAX_LINE_BYTES or (longest >= LONG_LINE and any(
+                might_nest_deeply(raw) for raw in lines if len(raw) >= LONG_LINE)):
+            return False
+        try:
+            items = parser.block.decode_lines(b"\n".join(lines))
+        except parser.errors:
+            return False
+        if len(items) != len(lines):         # blank lines, which decode_lines leaves out
+            return False
+        step_line, hardware_line = parser.StepLine, parser.HardwareLine
+        first = self.line + 1                # the line number of lines[0]
+        steps = batch.steps
+        done = 0
+        others = [i for i, item in enumerate(items) if type(item) is not step_line]
+        self.records += len(items) - len(others)
+        for index in others:
+            steps += items[done:index]
+            item = items[index]
+            if type(item) is hardware_line:
+                batch.hardware.append((len(steps), item))
+                self.records += 1
+            else:
+                record = self._record(lines[index], first + index)
+                if record is not None:
+                    batch.add(record)
+            done = index + 1
+        steps += items[done:]
+        self.line += len(lines)
+        return True

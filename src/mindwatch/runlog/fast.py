@@ -1,0 +1,137 @@
+"""The optional fast JSON parser of run-log lines: msgspec (``pip install 'mindwatch[fast]'``).
+
+Without it every line goes through ``records.decode`` (the standard ``json`` module). With it,
+results are identical, by construction: msgspec answers only for lines it reads exactly as
+the standard path would, and hands every other line to the standard path, which decides
+(and raises the same exception, with the same message, for a bad line):
+
+- a line that is not pure ASCII (the standard path checks its UTF-8 first; msgspec does not
+  check the strings it skips);
+- a line that might nest deeper than ``SAFE_DEPTH`` (``records.decode`` revives values
+  recursively and must hit Python's recursion limit where it always did);
+- anything msgspec refuses: malformed JSON, a missing required field, a number beyond a
+  double (the standard path reads 1e400 as inf), a lone surrogate escape, a repeated ``kind``.
+
+Two ways in: ``decode_record`` returns the whole record as a dict (the live view, the lazy
+``RankLog.records``); ``typed`` decodes ``step`` and ``hardware`` lines into Structs of the
+fields the views read (``STEP_FIELDS``, ``HOST_FIELDS``, ``DEVICE_FIELDS``), skipping the
+rest, and leaves non-finite strings ("NaN") for ``columns.revive``.
+
+``MINDWATCH_JSON=json`` in the environment turns msgspec off (to compare the two paths).
+"""
+from __future__ import annotations
+
+import os
+from functools import reduce
+from operator import or_
+from typing import Any
+
+from .. import records
+from ..records import Common, Device, Hardware, Step
+
+try:
+    import msgspec
+except ImportError:        # the standard path only
+    msgspec = None  # type: ignore[assignment]
+
+ENV = "MINDWATCH_JSON"
+# records.decode recurses twice per nesting level (function and comprehension): 2 * 250
+# frames stay well inside the default limit of 1000 from any sane call depth. A line shorter
+# than 2 * SAFE_DEPTH bytes cannot nest that deep, so the usual lines skip the count.
+SAFE_DEPTH = 250
+LONG_LINE = 2 * SAFE_DEPTH
+
+# What the views read of the two frequent kinds; every required field is declared too, so
+# that msgspec refuses a line that lacks one (records.problems then says which).
+STEP_FIELDS = (Step.STEP, Step.LOSS, Step.LOSS_SMOOTH, Step.LR, Step.GRAD_NORM,
+               Step.STEP_TIME_S, Step.SAMPLES_PER_S)
+HOST_FIELDS = (Hardware.CPU_PERCENT, Hardware.MEM_USED_GB, Hardware.RSS_GB)
+DEVICE_FIELDS = (Device.UTIL_PERCENT, Device.MEM_USED_MB, Device.TEMP_C)
+_COMMON = tuple(name for name in Common.REQUIRED if name != Common.KIND)   # kind is the tag
+
+# records.decode's own revival of "NaN"/"Infinity"/"-Infinity" (``numeric``: the value is of
+# a float field): one definition of the rule, private to records.py, shared on purpose.
+revive = records._revive
+
+
+def might_nest_deeply(raw: bytes) -> bool:
+    return len(raw) >= LONG_LINE and raw.count(b"[") + raw.count(b"{") >= SAFE_DEPTH
+
+
+def _needs_revival(raw: bytes) -> bool:
+    """Whether a string of the line could read "NaN", "Infinity" or "-Infinity" (written
+    plainly, or with escapes)."""
+    return b'"NaN"' in raw or b'Infinity"' in raw or b"\\" in raw
+
+
+class FastParser:
+    """msgspec decoders for run-log lines (one per process; building them takes ~1 ms)."""
+
+    def __init__(self) -> None:
+        assert msgspec is not None
+        self.errors: tuple[type[BaseException], ...] = (msgspec.DecodeError,)
+        fields: list[tuple[Any, ...]] = [(name, Any) for name in _COMMON + Step.REQUIRED]
+        fields += [(name, Any, None) for name in STEP_FIELDS if name not in Step.REQUIRED]
+        self.StepLine = msgspec.defstruct(
+            "StepLine", fields,
+            tag_field=Common.KIND, tag=records.STEP, gc=False)
+        device = msgspec.defstruct("DeviceLine", [(name, Any) for name in Device.REQUIRED],
+                                    gc=False)
+        host = [name for name in _COMMON + Hardware.REQUIRED if name != Hardware.DEVICES]
+        self.HardwareLine = msgspec.defstruct(
+            "HardwareLine", [(name, Any) for name in host]
+            + [(Hardware.DEVICES, list[device] | None)],   # type: ignore[valid-type]
+            tag_field=Common.KIND, tag=records.HARDWARE, gc=False)
+        self.typed = msgspec.json.Decoder(self.StepLine | self.HardwareLine)
+        # For a block of lines at once: the other known kinds decode to empty Structs (their
+        # lines are then read whole by the standard path); an unknown kind fails the block.
+        rare = [msgspec.defstruct(f"{kind.title()}Line", [], tag_field=Common.KIND, tag=kind)
+                for kind in records.KINDS if kind not in (records.STEP, records.HARDWARE)]
+        self.block = msgspec.json.Decoder(reduce(or_, rare, self.StepLine | self.HardwareLine))
+        self._plain = msgspec.json.Decoder()
+
+    def usable(self, raw: bytes) -> bool:
+        """Whether msgspec may answer for this line (see the module docstring)."""
+        return raw.isascii() and not might_nest_deeply(raw)
+
+    def decode_record(self, raw: bytes) -> dict[str, Any]:
+        """``records.decode(raw.decode("utf-8"))``: the same record, or the same exception."""
+        if self.usable(raw):
+            try:
+                value = self._plain.decode(raw)
+            except self.errors:
+                pass                      # the standard path says why, in its words
+            else:
+                if type(value) is dict:
+                    # a copy that revives the non-finite strings, as records.decode does
+                    return revive(value, False) if _needs_revival(raw) else value
+        return records.decode(raw.decode("utf-8"))
+
+
+def as_record(item: Any) -> dict[str, Any]:
+    """A Struct of ``FastParser.typed`` as the dict ``records.decode`` gives, for the fields
+    the Struct holds (a dict is returned as it is)."""
+    if type(item) is dict:
+        return item
+    tag = item.__struct_config__.tag
+    record: dict[str, Any] = {} if tag is None else {Common.KIND: tag}
+    for name in item.__struct_fields__:
+        value = getattr(item, name)
+        if name == Hardware.DEVICES and isinstance(value, list):
+            record[name] = [as_record(device) for device in value]
+        else:
+            record[name] = revive(value, name in records.FLOAT_FIELDS)
+    return record
+
+
+_parser: FastParser | None = None
+
+
+def parser() -> FastParser | None:
+    """The process's fast parser; None without msgspec or with ``MINDWATCH_JSON=json``."""
+    global _parser
+    if msgspec is None or os.environ.get(ENV, "").lower() == "json":
+        return None
+    if _parser is None:
+        _parser = FastParser()
+    return _parser

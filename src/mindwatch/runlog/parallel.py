@@ -1,0 +1,61 @@
+"""Reading the ranks' logs of a run side by side, one process per CPU.
+
+Parsing is CPU-bound Python, so threads would take turns; processes do not. A worker returns
+the rank's ``RankLog`` (its scan: a few arrays, pickled as raw bytes), never its records.
+Small runs are read in this process: starting workers costs ~50 ms (fork) to ~300 ms
+(forkserver), more than reading tens of megabytes. The result, errors included, is the
+sequential one: the first rank (in rank order) that fails raises its RunLogError.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .reader import RankLog
+
+# Below this many bytes of logs in all, the ranks are read one after the other here.
+PARALLEL_MIN_BYTES = 32 * 2**20
+
+
+def cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:           # not on Linux
+        return os.cpu_count() or 1
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:                  # the reader says why, in rank order
+        return 0
+
+
+def read_logs(ranked: list[tuple[int, str]], read: Callable[[str, int], RankLog]
+              ) -> list[RankLog]:
+    workers = min(cpus(), len(ranked))
+    sizes = [_size(path) for _, path in ranked]
+    if workers < 2 or sum(sizes) < PARALLEL_MIN_BYTES:
+        return [read(path, rank) for rank, path in ranked]
+    # The largest logs first, so that no worker is left with a big one at the end.
+    order = sorted(range(len(ranked)), key=lambda i: -sizes[i])
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(_method()))
+    try:
+        futures = {i: pool.submit(read, ranked[i][1], ranked[i][0]) for i in order}
+        return [futures[i].result() for i in range(len(ranked))]
+    finally:
+        pool.shutdown(cancel_futures=True)     # after an error: the other ranks need not finish
+
+
+def _method() -> str:
+    """fork is fastest, but forking a process that runs other threads can copy a lock in the
+    middle of its use (MindSpore's, for one); then a fresh server process forks the workers."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"

@@ -1,0 +1,101 @@
+"""A rank's log as the views use it: one pass over the records into columns, keeping only the
+few records the views show whole.
+
+``RankScan`` holds the step fields of ``fast.STEP_FIELDS`` as columns (``columns.py``), the
+hardware samples as short columns placed on the step axis, every ``anomaly`` record, the
+latest ``run`` record, the ``end`` record of the latest segment, and the count of withheld
+updates. ``summary`` and ``report`` read nothing else, so a long run costs them its columns
+(~60 bytes a step), not a dict per record (~1.5 KB a step).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from operator import truth
+from typing import Any
+
+from .. import records
+from ..records import Common, Hardware, Step, device_label
+from .batch import Batch
+from .columns import FLOAT, INT, Column, Columns, field_values, revived
+from .fast import DEVICE_FIELDS, HOST_FIELDS, STEP_FIELDS
+from .lines import Record
+
+X = "x"             # a hardware series' step positions, beside its field columns
+_TYPECODES = {name: INT if name == Step.STEP else FLOAT for name in STEP_FIELDS}
+
+
+@dataclass
+class RankScan:
+    steps: dict[str, Column]                   # STEP_FIELDS -> one value per step record
+    hardware: dict[str, list[Any]]             # X and HOST_FIELDS -> one per sample
+    devices: dict[str, dict[str, list[Any]]]   # "npu0" -> X and DEVICE_FIELDS
+    anomalies: list[Record] = field(default_factory=list)
+    run: Record | None = None                  # the latest `run` record
+    end: Record | None = None                  # the `end` of the latest segment, if any
+    skipped_steps: int = 0                     # step records with a truthy `skipped`
+
+    @property
+    def step_count(self) -> int:
+        return len(self.steps[Step.STEP])
+
+
+class Scanner:
+    """Folds batches of records (``lines.Batch``), in file order, into a ``RankScan``."""
+
+    def __init__(self) -> None:
+        self._columns = Columns(_TYPECODES)
+        self._hardware: list[tuple[int, Any]] = []      # (steps before it, record)
+        self._count = 0
+        self.scan = RankScan(steps=self._columns.data, hardware={}, devices={})
+
+    def add(self, batch: Batch) -> None:
+        scan = self.scan
+        if batch.steps:
+            self._columns.extend(batch.steps)
+            scan.skipped_steps += sum(map(truth, field_values(batch.steps, Step.SKIPPED)))
+        self._hardware += [(self._count + before, item) for before, item in batch.hardware]
+        self._count += len(batch.steps)
+        for record in batch.others:
+            kind = record.get(Common.KIND)
+            if kind == records.ANOMALY:
+                scan.anomalies.append(record)
+            elif kind == records.RUN:
+                scan.run, scan.end = record, None      # a new segment: no end yet
+            elif kind == records.END:
+                scan.end = record
+
+    def add_records(self, found: list[Record]) -> None:
+        batch = Batch()
+        for record in found:
+            batch.add(record)
+        self.add(batch)
+
+    def finish(self) -> RankScan:
+        """Places each hardware sample at the step logged last before it, so that every panel
+        shares the step axis (0 before the first step)."""
+        scan = self.scan
+        scan.steps = self._columns.data
+        steps = scan.steps[Step.STEP]
+        items = [item for _, item in self._hardware]
+        xs = [steps[count - 1] if count else 0 for count, _ in self._hardware]
+        scan.hardware = {X: xs, **{name: revived(field_values(items, name), name)[0]
+                                   for name in HOST_FIELDS}}
+        placed = [(x, device) for x, found in zip(xs, field_values(items, Hardware.DEVICES),
+                                                  strict=True)
+                  for device in found or ()]
+        by_label: dict[str, list[tuple[Any, Any]]] = {}
+        for x, device in placed:
+            by_label.setdefault(device_label(device), []).append((x, device))
+        for label, pairs in by_label.items():
+            devices = [device for _, device in pairs]
+            scan.devices[label] = {X: [x for x, _ in pairs], **{
+                name: revived(field_values(devices, name), name)[0] for name in DEVICE_FIELDS}}
+        self._hardware = []
+        return scan
+
+
+def scan_records(found: list[Record]) -> RankScan:
+    """The scan of records already in memory (``RankLog`` built from a list)."""
+    scanner = Scanner()
+    scanner.add_records(found)
+    return scanner.finish()

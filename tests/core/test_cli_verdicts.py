@@ -1,0 +1,121 @@
+"""`mindwatch summary` tells each way a run can end from a healthy one: real training
+processes (a plain `Monitor` loop, no MindSpore) that complete, fail, get SIGTERM, abort or
+are SIGKILLed, then the real `mindwatch summary` command on their logs."""
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+MINDWATCH = [sys.executable, "-m", "mindwatch.cli"]
+
+TRAINER = textwrap.dedent("""
+    import sys, time
+    from mindwatch import Monitor
+    log_dir, ending, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    monitor = Monitor(log_dir, rank=rank, world_size=int(sys.argv[4]), resume=True,
+                      hardware_interval_s=None, on_anomaly="warn", print_interval=1000)
+    for step in range(1, 100_000):
+        loss = float("nan") if ending == "nan_then_kill" and step == 2 else 1.0 / step
+        monitor.observe(step=step, epoch=1, loss=loss, grad_norm=1.0)
+        if step == 3 and ending == "completed":
+            monitor.close()
+            sys.exit(0)
+        if step == 3 and ending == "aborted":
+            monitor.close(reason="aborted")
+            sys.exit(0)
+        if step == 3 and ending == "error":
+            try:
+                raise RuntimeError("the data loader broke")
+            except RuntimeError as exc:
+                monitor.close(error=f"RuntimeError: {exc}")
+                raise
+        if monitor.stop_requested:       # SIGTERM: the monitor stopped the run at step end
+            break
+        time.sleep(0.01)
+    monitor.close()
+""")
+
+
+def _train(tmp_path, run_dir, ending, rank=0, world_size=1):
+    """Runs the trainer; for the endings that need a signal, sends it once 3 steps are in."""
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    log = run_dir / f"rank_{rank}.jsonl"
+    before = log.read_bytes().count(b'"kind":"step"') if log.exists() else 0
+    process = subprocess.Popen([sys.executable, str(script), str(run_dir), ending, str(rank),
+                                str(world_size)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        if ending in ("signal", "kill", "nan_then_kill"):
+            deadline = time.monotonic() + 60
+            while not (log.exists() and log.read_bytes().count(b'"kind":"step"') >= before + 3):
+                assert time.monotonic() < deadline and process.poll() is None
+                time.sleep(0.02)
+            process.send_signal(signal.SIGTERM if ending == "signal" else signal.SIGKILL)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return process.returncode
+
+
+def _summary(run_dir):
+    text = subprocess.run([*MINDWATCH, "summary", str(run_dir)], capture_output=True,
+                          text=True, timeout=60)
+    as_json = subprocess.run([*MINDWATCH, "summary", str(run_dir), "--json"],
+                             capture_output=True, text=True, timeout=60)
+    assert text.stderr == "" and as_json.stderr == "" and text.returncode == as_json.returncode
+    return text.returncode, text.stdout, json.loads(as_json.stdout)
+
+
+@pytest.mark.parametrize("ending, status, verdict, end", [
+    ("completed", 0, "HEALTHY", "completed"),
+    ("error", 1, "FAILED", "error"),
+    ("signal", -signal.SIGTERM, "STOPPED BY SIGNAL", "signal"),
+    ("aborted", 0, "ABORTED", "aborted"),
+    ("kill", -signal.SIGKILL, "NO END RECORD (running or crashed)",
+     "running or crashed (no end record)"),
+])
+def test_each_ending_has_its_verdict_and_exit_code(tmp_path, ending, status, verdict, end):
+    run_dir = tmp_path / "run"
+    assert _train(tmp_path, run_dir, ending) == status
+    code, text, result = _summary(run_dir)
+    assert code == (0 if ending == "completed" else 1)
+    assert text.splitlines()[0] == f"{run_dir}: {verdict}"
+    assert f"rank 0: 3 steps, {end}" in text or ending in ("signal", "kill")
+    assert result["verdict"] == verdict and result["exit_code"] == code
+    assert result["healthy"] is (ending == "completed")
+    assert result["ranks"][0]["end"] == end and result["anomalies"] == 0
+
+
+def test_a_killed_segment_after_a_completed_one_is_not_healthy(tmp_path):
+    run_dir = tmp_path / "run"
+    assert _train(tmp_path, run_dir, "completed") == 0
+    assert _summary(run_dir)[0] == 0
+    assert _train(tmp_path, run_dir, "kill") == -signal.SIGKILL      # resume=True: appended
+    code, text, result = _summary(run_dir)
+    assert code == 1 and result["verdict"] == "NO END RECORD (running or crashed)"
+    assert "running or crashed (no end record)" in text
+
+
+def test_anomalies_and_a_crash_are_both_named(tmp_path):
+    run_dir = tmp_path / "run"
+    assert _train(tmp_path, run_dir, "nan_then_kill") == -signal.SIGKILL
+    code, text, result = _summary(run_dir)
+    assert code == 1
+    assert result["verdict"] == "1 ANOMALIES, NO END RECORD (running or crashed)"
+    assert "step 2: loss_nonfinite [warn]" in text
+
+
+def test_one_rank_that_did_not_end_spoils_the_run(tmp_path):
+    run_dir = tmp_path / "run"
+    assert _train(tmp_path, run_dir, "completed", rank=0, world_size=2) == 0
+    assert _train(tmp_path, run_dir, "kill", rank=1, world_size=2) == -signal.SIGKILL
+    code, text, result = _summary(run_dir)
+    assert code == 1 and [r["end"] for r in result["ranks"]] == [
+        "completed", "running or crashed (no end record)"]
+    assert text.splitlines()[0].endswith(": NO END RECORD (running or crashed)")

@@ -1,0 +1,121 @@
+"""SIGTERM and SIGINT during training: the current step finishes, a checkpoint is written,
+the log ends with reason "signal", then the signal takes its usual course. Real processes,
+real signals."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mindspore as ms
+import pytest
+
+from mindwatch.runlog import read_rank_log
+
+HERE = Path(__file__).resolve().parent
+TRAINER = HERE / "signal_trainer.py"
+pytestmark = pytest.mark.timeout(180)
+
+
+def _start(tmp_path, scenario):
+    log_dir = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, str(TRAINER), str(log_dir), scenario],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return process, log_dir / "rank_0.jsonl"
+
+
+def _wait_for_steps(process, log_path, count, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log_path.exists() and log_path.read_bytes().count(b'"kind":"step"') >= count:
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"the trainer ended early:\n{process.stderr.read()[-3000:]}")
+        time.sleep(0.02)
+    process.kill()
+    raise AssertionError(f"the trainer never wrote {count} step records")
+
+
+def _finish(process, timeout=60):
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return out, err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_ends_the_run_cleanly_then_takes_its_course(tmp_path, signum):
+    process, log_path = _start(tmp_path, "plain")
+    _wait_for_steps(process, log_path, 5)
+    process.send_signal(signum)
+    out, err = _finish(process)
+    assert "training returned" not in out
+    log = read_rank_log(str(log_path))
+    end = log.end
+    assert end is not None and end["reason"] == "signal", (err[-3000:], log.records[-3:])
+    last = log.steps[-1]["step"]
+    assert end["steps"] == last and end["stopped_by"] == {"anomaly": "signal", "step": last,
+                                                          "rank": 0}
+    notice = [r for r in log.of_kind("notice") if r.get("source") == "signal"]
+    assert len(notice) == 1
+    # MindSpore's dataset engine replaces the SIGINT handler while it feeds data and answers
+    # SIGINT with a SIGTERM to the process (MindSpore 2.10): the run then ends as on SIGTERM.
+    received = signal.SIGTERM if notice[0]["message"].startswith("SIGTERM") else signum
+    assert notice[0]["message"].startswith(f"{signal.Signals(received).name} received")
+    assert process.returncode == -received, err[-3000:]   # as the signal alone would have
+    checkpoint = log_path.parent / "checkpoints" / f"signal_step{last}_rank0.ckpt"
+    assert str(checkpoint) in notice[0]["message"]
+    weights = ms.load_checkpoint(str(checkpoint))
+    assert "inp.weight" in weights                                # a loadable checkpoint
+    assert not list(checkpoint.parent.glob("*.tmp-*"))
+
+
+def test_a_second_signal_exits_at_once(tmp_path):
+    process, log_path = _start(tmp_path, "slow")                  # ~2 s per step
+    _wait_for_steps(process, log_path, 1)
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _finish(process, timeout=30)
+    assert process.returncode == -signal.SIGTERM
+    assert time.monotonic() - sent < 1.5                          # not after the step
+    assert read_rank_log(str(log_path)).end is None               # no time for the end
+
+
+def test_a_users_own_handler_is_chained_not_lost(tmp_path):
+    process, log_path = _start(tmp_path, "chained")
+    _wait_for_steps(process, log_path, 5)
+    process.send_signal(signal.SIGTERM)
+    out, err = _finish(process)
+    # The user's handler runs once, after the clean stop, and decides: it lets training
+    # return and the script end normally.
+    assert process.returncode == 0, err[-3000:]
+    assert out.count(f"users handler got {int(signal.SIGTERM)}") == 1
+    assert out.index("users handler got") < out.index("training returned")
+    assert read_rank_log(str(log_path)).end["reason"] == "signal"
+
+
+def test_signals_are_left_alone_off_the_main_thread(tmp_path, quiet):
+    import threading
+
+    from mindwatch import Monitor
+    outcome = {}
+
+    def run():
+        monitor = Monitor(str(tmp_path), stream=quiet, hardware_interval_s=None)
+        monitor.observe(step=1, loss=1.0)
+        monitor.close()
+        outcome["handler"] = signal.getsignal(signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    assert outcome["handler"] == before
+    notices = read_rank_log(str(tmp_path / "rank_0.jsonl")).of_kind("notice")
+    assert any("main thread" in n["message"] for n in notices)
+    assert os.getpid()                                            # this process is untouched
