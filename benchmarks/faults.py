@@ -21,6 +21,8 @@ Detected = the rule fires within HORIZON steps from the fault; latency = first a
 fault step; false alarms = alarms in healthy runs plus alarms before the fault.
 
     python benchmarks/faults.py [--seeds 3] [--steps 200]
+
+What each policy makes of the same faults (final loss, steps lost): benchmarks/recovery.py.
 """
 from __future__ import annotations
 
@@ -126,10 +128,11 @@ def tiny_gpt(seed, steps, scenario):
 ARCHITECTURES = {"tinygpt": tiny_gpt, "mlp": regressor}
 
 
-def run_one(arch, scenario, seed, steps, workdir):
+def run_one(arch, scenario, seed, steps, workdir, policy="warn"):
+    """One run; ``policy`` is on_anomaly for every kind (recovery.py compares them)."""
     loss, optimizer, schedule, data, poisons_data = ARCHITECTURES[arch](seed, steps, scenario)
     run_dir = tempfile.mkdtemp(dir=workdir)
-    monitor = TrainMonitor(run_dir, on_anomaly="warn", stream=io.StringIO(),
+    monitor = TrainMonitor(run_dir, on_anomaly=policy, stream=io.StringIO(),
                            hardware_interval_s=None)
     model = ms.train.Model(monitor.wrap(loss, optimizer))
     model.train(1, data, callbacks=[Knobs(scenario, loss, schedule, poisons_data), monitor],
@@ -165,7 +168,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)
-    args = parser.parse_args(argv)
+    parser.add_argument("--recovery", action="store_true",
+                        help="compare the policies instead (recovery.py, which takes --arch)")
+    args, rest = parser.parse_known_args(argv)
+    if args.recovery:
+        from recovery import main as recovery
+        return recovery(["--seeds", str(args.seeds), "--steps", str(args.steps), *rest])
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
     workdir = tempfile.mkdtemp(prefix="mindwatch-faults-")
     rules = ("mindwatch", "fixed", "running-mean")

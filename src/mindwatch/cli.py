@@ -16,7 +16,9 @@ from typing import NoReturn
 
 EXIT_UNREADABLE = 2
 # mindwatch.mindspore.demo.inject.KINDS, which cannot be imported without MindSpore.
-INJECT_KINDS = ("explode", "nan", "diverge", "vanish")
+INJECT_KINDS = ("explode", "nan", "diverge", "vanish", "spike")
+# mindwatch.policy.POLICIES (importable, but listed here beside the kinds for --help).
+DEMO_POLICIES = ("warn", "stop", "checkpoint_and_stop", "skip")
 # Bounds that keep a typo from becoming hours of work or gigabytes of memory: the demo draws
 # all its data up front (16 x 48 tokens a step), MindSpore seeds are 32-bit.
 MAX_DEMO_STEPS = 100_000
@@ -55,7 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=int, default=300,
                       help=f"training steps, 1 to {MAX_DEMO_STEPS} (default 300)")
     demo.add_argument("--inject", metavar="KIND@STEP",
-                      help="provoke a fault: explode, nan, diverge or vanish, at STEP")
+                      help="provoke a fault: explode, nan, diverge, vanish or spike, at STEP")
+    demo.add_argument("--policy", help="on_anomaly for every kind: " + ", ".join(DEMO_POLICIES)
+                      + " (default: checkpoint_and_stop for non-finite values, explosion "
+                      "and overheat, warn for the rest)")
     demo.add_argument("--seed", type=int, default=0, help=f"0 to {MAX_SEED} (default 0)")
 
     summary = commands.add_parser("summary", help="verdict of a run; exit 0 healthy, 1 anything "
@@ -240,12 +245,14 @@ def _inject_step(text: str, steps: int) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """``mindwatch demo [--out DIR] [--steps N] [--inject KIND@STEP] [--seed N]``.
+    """``mindwatch demo [--out DIR] [--steps N] [--inject KIND@STEP] [--seed N] [--policy P]``.
 
     Trains a small Transformer language model on the CPU (GRAPH_MODE) for one epoch of
     ``--steps`` steps under ``TrainMonitor`` with ``wrap(per_layer_norms=True)``, then writes
     ``report.html`` into the run directory and prints both paths. ``--inject`` provokes a fault
-    (``explode``, ``nan``, ``diverge`` or ``vanish``) at that step. Returns 0 once training
+    (``explode``, ``nan``, ``diverge``, ``vanish`` or ``spike``) at that step; ``--policy``
+    sets ``on_anomaly`` for every kind (``skip``: the run withholds the bad update and goes
+    on). Returns 0 once training
     succeeded, anomalies or not (``mindwatch summary`` gives the verdict), even when the report
     cannot be written (that is said in one line on stderr). Raises ``CliError`` (exit 2) for a
     bad option (checked before MindSpore is imported) or a missing MindSpore.
@@ -256,6 +263,9 @@ def _demo(args: argparse.Namespace) -> int:
     _in_range("--seed", args.seed, 0, MAX_SEED)
     if args.inject is not None:
         _inject_step(args.inject, args.steps)
+    if args.policy is not None and args.policy not in DEMO_POLICIES:
+        raise CliError(f"--policy must be one of {', '.join(DEMO_POLICIES)}; got "
+                       f"{args.policy!r}")
     if args.out is not None:
         _new_dir("--out", args.out)
         log = os.path.join(args.out, "rank_0.jsonl")
@@ -267,7 +277,8 @@ def _demo(args: argparse.Namespace) -> int:
         raise CliError(f"the demo needs MindSpore ({exc}); pip install 'mindspore==2.10.0' "
                        "'numpy<2'") from exc
     inject = parse_inject(args.inject) if args.inject else None
-    result = run_demo(out=args.out, steps=args.steps, inject=inject, seed=args.seed)
+    result = run_demo(out=args.out, steps=args.steps, inject=inject, seed=args.seed,
+                      policy=args.policy)
     print(f"run directory: {result.run_dir}")
     from .report.html import write_html
     from .runlog import RunLogError, read_run

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from . import records
-from .anomaly import PEER_STOP, SIGNAL_STOP, SINK_ERROR, USER_STOP, Anomaly
+from .anomaly import GRAD_SPIKE, LOSS_SPIKE, PEER_STOP, SIGNAL_STOP, SINK_ERROR, USER_STOP, Anomaly
 from .clock import Clock, SystemClock
-from .detectors import Detector, build_detectors
+from .detectors import Detector, SpikeDetector, build_detectors
 from .framework import FrameworkHooks
 from .loss_stats import LossStats
 from .observation import HardwareSample, StepObservation
@@ -31,6 +31,7 @@ from .signals import SignalStop, signal_name
 from .sinks.base import Sink
 from .sinks.console import ConsoleSink
 from .sinks.factory import check_framework_views, open_sinks
+from .skipping import SkipGuard
 from .version import __version__
 from .writer import RecordWriter
 
@@ -93,6 +94,11 @@ class Monitor:
                            straggler_window=self.settings.straggler_window,
                            straggler_factor=self.settings.straggler_factor)
         self.detectors: list[Detector] = build_detectors(self.settings)
+        spikes = {d.kind: d for d in self.detectors if isinstance(d, SpikeDetector)}
+        # on_anomaly "skip": the limits handed to wrap's graph, the actions, escalation.
+        self.skips = SkipGuard(self.policy, max_skips=self.settings.max_skips,
+                               loss_spike=spikes.get(LOSS_SPIKE),
+                               grad_spike=spikes.get(GRAD_SPIKE))
         self.console = ConsoleSink(
             rank=self.rank, print_interval=self.settings.print_interval, stream=stream,
             verbose=self.rank == 0 or self.settings.print_all_ranks)
@@ -331,6 +337,9 @@ class Monitor:
         found: list[Anomaly] = []
         for detector in self.detectors:
             found.extend(detector.update(obs))
+        found, skip_notice = self.skips.review(obs, found)
+        if skip_notice is not None:
+            self.notice(skip_notice)
         self._act(found)
         if self._segment.pending:
             found.extend(self._act_on_pending())
@@ -367,6 +376,7 @@ class Monitor:
         for detector, detector_state in zip(self.detectors, detectors, strict=True):
             detector.load_state_dict(detector_state)
         self.loss_stats.load_state_dict(state)
+        self.skips.refresh()
         self._segment.last_step = state.get("last_step", self._segment.last_step)
 
     # -- several ranks ------------------------------------------------------------------------

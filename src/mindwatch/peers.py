@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from .anomaly import ANOMALY_KINDS, PEER_STOP, STOP_REQUESTS, USER_STOP, Anomaly
 from .detectors.straggler import StragglerDetector
-from .policy import Policy
+from .policy import SKIP, Policy
 
 STOP_REASONS = (*ANOMALY_KINDS, *STOP_REQUESTS)
 
@@ -40,9 +40,11 @@ class Peers:
             if peer == self.rank or reason is None:
                 continue
             # The peer's policy decides what this rank does too: if it checkpoints, every
-            # rank that holds weights checkpoints.
+            # rank that holds weights checkpoints. A "skip" kind stops only when escalated
+            # to checkpoint_and_stop (skipping.py).
             actions = ["stop"]
-            if reason != USER_STOP and "checkpoint" in self.policy.actions_for(reason):
+            if reason != USER_STOP and ("checkpoint" in self.policy.actions_for(reason)
+                                        or self.policy.policy_for(reason) == SKIP):
                 actions = ["checkpoint", "stop"]
             found.append(Anomaly(
                 PEER_STOP, step, float(peer), None,

@@ -16,7 +16,9 @@ from .anomaly import (
 WARN = "warn"
 STOP = "stop"
 CHECKPOINT_AND_STOP = "checkpoint_and_stop"
-POLICIES = (WARN, STOP, CHECKPOINT_AND_STOP)
+# Withhold the step's update (in wrap's graph) and go on; see skipping.py.
+SKIP = "skip"
+POLICIES = (WARN, STOP, CHECKPOINT_AND_STOP, SKIP)
 
 # Kinds a user may give a policy for; peer_stop is the consequence of another rank's policy.
 CONFIGURABLE_KINDS = tuple(kind for kind in ANOMALY_KINDS if kind != PEER_STOP)
@@ -29,7 +31,10 @@ DEFAULT_POLICIES.update({
     OVERHEAT: CHECKPOINT_AND_STOP,
 })
 
-_ACTIONS = {WARN: ["warn"], STOP: ["stop"], CHECKPOINT_AND_STOP: ["checkpoint", "stop"]}
+# The actions of "skip" depend on what the graph did at the step: skipping.SkipGuard sets
+# them before this table is consulted; "warn" is what remains when nothing was withheld.
+_ACTIONS = {WARN: ["warn"], STOP: ["stop"], CHECKPOINT_AND_STOP: ["checkpoint", "stop"],
+            SKIP: ["warn"]}
 
 PolicySpec = str | Mapping[str, str] | None
 
@@ -66,6 +71,9 @@ class Policy:
         """``table``: anomaly kind -> policy; ``signal``: the ``on_signal`` policy."""
         self._table = dict(table)
         self._signal = signal or STOP
+
+    def policy_for(self, kind: str) -> str:
+        return self._table.get(kind, WARN)
 
     def actions_for(self, kind: str) -> list[str]:
         if kind == PEER_STOP:

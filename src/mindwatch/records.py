@@ -273,14 +273,16 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"bare {name} is not strict JSON")
 
 
-def _revive(value: Any, numeric: bool) -> Any:
+def revive(value: Any, numeric: bool) -> Any:
+    """Turn the run log's strings "NaN", "Infinity", "-Infinity" back into floats where the
+    value is of a float field (``numeric``), at any depth; everything else as it is."""
     if numeric and isinstance(value, str) and value in NONFINITE_TEXT:
         return NONFINITE_TEXT[value]
     if isinstance(value, dict):
         # the values of a numeric mapping (layer_grad_norms) are numbers whatever their keys
-        return {key: _revive(item, numeric or key in FLOAT_FIELDS) for key, item in value.items()}
+        return {key: revive(item, numeric or key in FLOAT_FIELDS) for key, item in value.items()}
     if isinstance(value, list):
-        return [_revive(item, numeric) for item in value]
+        return [revive(item, numeric) for item in value]
     return value
 
 
@@ -289,4 +291,4 @@ def decode(line: str) -> dict[str, Any]:
     record = json.loads(line, parse_constant=_reject_constant)
     if not isinstance(record, dict):
         raise ValueError("a run-log line must be a JSON object")
-    return _revive(record, False)
+    return revive(record, False)

@@ -108,8 +108,8 @@ class MonitorSettings:
         "`data_time_s` over the last N steps. At least 2.", "steps")
     straggler_factor: float = setting(
         2.0, "`straggler` (in the slow rank's own log) when a rank's median `data_time_s` is "
-        "above this multiple of the other ranks' median, and by at least 10% of a step. "
-        "Above 1.", "x")
+        "above this multiple of the other ranks' median, and by at least 10% of a step and "
+        "5 ms. Above 1.", "x")
     # per-layer gradient norms
     layer_norms_interval: int = setting(
         50, "With `wrap(per_layer_norms=True)`: `layer_grad_norms` goes into the step record "
@@ -118,9 +118,14 @@ class MonitorSettings:
     # what to do
     on_anomaly: str | Mapping[str, str] | None = setting(
         None, "What to do about an anomaly: one policy for every kind, or a dict kind -> "
-        "policy over the defaults. Policies: `'warn'`, `'stop'`, `'checkpoint_and_stop'`. "
-        "None: `checkpoint_and_stop` for `loss_nonfinite`, "
+        "policy over the defaults. Policies: `'warn'`, `'stop'`, `'checkpoint_and_stop'`, "
+        "`'skip'` (withhold the step's update in `wrap`'s graph and go on; see What happens "
+        "on an anomaly). None: `checkpoint_and_stop` for `loss_nonfinite`, "
         "`gradient_nonfinite`, `gradient_explode` and `overheat`, `warn` for the rest.")
+    max_skips: int = setting(
+        5, "With `on_anomaly` `'skip'`: after this many withheld updates within the last 100 "
+        "steps, the next `'skip'` anomaly escalates to `checkpoint_and_stop` (its message "
+        "says why). 0: the first one does.", "updates")
     on_signal: str | None = setting(
         "checkpoint_and_stop", "SIGTERM or SIGINT during training: `'checkpoint_and_stop'` "
         "or `'stop'` finish the current step (writing a checkpoint for the first), stop every "
@@ -199,6 +204,7 @@ class MonitorSettings:
         check_int("straggler_window", self.straggler_window, minimum=2, maximum=MAX_COUNT)
         check_number("straggler_factor", self.straggler_factor, low=1.0, low_open=True)
         self.policies = resolve_policies(self.on_anomaly)
+        check_int("max_skips", self.max_skips, minimum=0, maximum=MAX_COUNT)
         check_choice("on_signal", self.on_signal, SIGNAL_POLICIES)
         check_choice("on_sink_error", self.on_sink_error, SINK_ERROR_POLICIES)
         check_number("max_temperature_c", self.max_temperature_c, low=0.0, low_open=True)

@@ -43,3 +43,12 @@ def test_env_int_takes_the_first_number():
     assert env_int(env, "RANK") is None and env_int(env, "MISSING") is None
     info = rank_from_env(env)
     assert (info.rank, info.world_size, info.local_rank) == (0, 8, 3)
+
+
+def test_jitter_of_a_few_milliseconds_is_no_straggler():
+    """Millisecond CPU steps on a loaded host: one rank's pre-step time is 4x another's, but
+    only 1.5 ms longer. Nobody waits long enough to call it a straggler."""
+    detector = StragglerDetector(rank=1, world_size=2, window=3)
+    assert not any(detector.update_peers(step, [0.0005, 0.002], 0.005) for step in range(1, 9))
+    slow = StragglerDetector(rank=1, world_size=2, window=3)
+    assert any(slow.update_peers(step, [0.0005, 0.02], 0.005) for step in range(1, 9))

@@ -3,7 +3,8 @@
     msrun ... multirank_trainer.py LOG_DIR OUT_DIR SCENARIO
 
 SCENARIO: healthy | nan_rank1 | overheat_rank0 | straggler_rank1 | long (runs until a signal
-stops it). Data parallel on the CPU, each rank its own data, gradients reduced by
+stops it) | spike_rank1_skip (rank 1's targets x1e3 at SPIKE_STEP, on_anomaly "skip").
+Data parallel on the CPU, each rank its own data, gradients reduced by
 monitor.wrap.
 """
 import os
@@ -22,6 +23,7 @@ from mindwatch.mindspore import TrainMonitor
 from ms_helpers import make_regressor, regression_arrays
 
 NAN_STEP = 5
+SPIKE_STEP = 15
 
 
 class Slow(Callback):
@@ -29,8 +31,10 @@ class Slow(Callback):
         time.sleep(0.02)
 
 
-def batches(rank, steps, nan_at, slow):
+def batches(rank, steps, nan_at, slow, spike_at=None):
     x, y = regression_arrays(8 * steps, seed=rank, nan_at=nan_at)
+    if spike_at is not None:            # a loss spike, on this rank only
+        y[8 * (spike_at - 1): 8 * spike_at] *= 1e3
 
     def generate():
         for i in range(steps):
@@ -58,12 +62,18 @@ def main(log_dir, out_dir, scenario):
     if scenario == "straggler_rank1":
         steps, epochs = 40, 1
         settings.update(straggler_window=10)
+    if scenario == "spike_rank1_skip":
+        steps, epochs = 24, 1
+        # grad_explode out of reach: the loss limit alone withholds, on both ranks.
+        settings.update(on_anomaly={"loss_spike": "skip"}, grad_explode=1e30,
+                        spike_window=16, spike_warmup=8)
     net = make_regressor()
     monitor = TrainMonitor(log_dir, **settings)
     step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()),
                         nn.Adam(net.trainable_params(), learning_rate=0.01))
     data = batches(rank, steps, NAN_STEP if scenario == "nan_rank1" and rank == 1 else None,
-                   slow=scenario == "straggler_rank1" and rank == 1)
+                   slow=scenario == "straggler_rank1" and rank == 1,
+                   spike_at=SPIKE_STEP if scenario == "spike_rank1_skip" and rank == 1 else None)
     ms.train.Model(step).train(epochs, data, callbacks=[*callbacks, monitor],
                                dataset_sink_mode=False)
     np.savez(os.path.join(out_dir, f"weights_rank{rank}.npz"),

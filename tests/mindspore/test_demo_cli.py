@@ -71,3 +71,22 @@ def test_injected_divergence_is_caught_by_the_rising_loss_rule(tmp_path):
     rising = [a for a in log.anomalies if a["anomaly"] == "loss_rising"]
     assert rising and 50 < rising[0]["step"] <= 80
     assert rising[0]["actions"] == ["warn"]
+
+
+def test_an_injected_spike_under_skip_is_withheld_and_the_run_goes_on(tmp_path):
+    result = _demo(tmp_path / "run", "--steps", "60", "--inject", "spike@40", "--policy", "skip")
+    assert result.returncode == 0, result.stderr
+    log = read_rank_log(str(tmp_path / "run" / "rank_0.jsonl"))
+    assert log.run["config"]["policies"]["loss_spike"] == "skip"
+    assert [s["step"] for s in log.steps if s["skipped"]] == [40]
+    assert {a["anomaly"] for a in log.anomalies} >= {"loss_spike"}
+    assert all(a["step"] == 40 and a["actions"] == ["skip"] for a in log.anomalies)
+    assert log.end["reason"] == "completed" and len(log.steps) == 60
+    assert log.steps[-1]["loss"] < 2 * log.steps[38]["loss"]      # back to where it was
+
+
+def test_bad_policy_is_one_line_exit_2(tmp_path):
+    result = _demo(tmp_path / "run", "--policy", "rewind")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "--policy must be one of" in result.stderr
+    assert not (tmp_path / "run").exists()

@@ -105,6 +105,20 @@ def test_nan_on_one_rank_stops_both_after_the_same_step(tmp_path):
         assert np.isfinite(weights[0][name]).all()
 
 
+def test_a_loss_spike_on_one_rank_is_skipped_on_every_rank(tmp_path):
+    run, out = msrun(tmp_path, "spike_rank1_skip")
+    first, second = run.ranks
+    for log in run.ranks:
+        assert [s["step"] for s in log.steps if s["skipped"]] == [15], log.rank
+        assert log.end["reason"] == "completed" and len(log.steps) == 24
+    [spike] = [a for a in second.anomalies if a["anomaly"] == "loss_spike"]
+    assert spike["step"] == 15 and spike["actions"] == ["skip"]
+    assert not [a for a in first.anomalies if a["anomaly"] == "loss_spike"]
+    weights = [np.load(out / f"weights_rank{r}.npz") for r in (0, 1)]
+    for name in weights[0].files:
+        assert np.array_equal(weights[0][name], weights[1][name]), name
+
+
 def test_overheat_on_rank0_stops_rank1_too(tmp_path, npu_smi_fixtures):
     fake = tmp_path / "fake_npu"
     fake.mkdir()

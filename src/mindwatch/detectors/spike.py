@@ -20,7 +20,7 @@ from ..anomaly import GRAD_SPIKE, LOSS_SPIKE, Anomaly
 from ..observation import StepObservation
 from ..records import Step
 from .base import Detector, Episode, is_finite
-from .robust import robust_z
+from .robust import robust_sigma, robust_z
 
 
 class SpikeDetector(Detector):
@@ -57,6 +57,22 @@ class SpikeDetector(Detector):
         if not obs.skipped:
             self._logs.append(log_value)
         return found
+
+    def limit(self) -> float:
+        """The smallest value that would fire this rule at the next step (``inf`` during the
+        warm-up): ``ratio >= min_ratio`` and ``z >= z_threshold`` solved for the value.
+        on_anomaly "skip" hands it to wrap's graph, which withholds an update above it."""
+        if len(self._logs) < self.warmup:
+            return math.inf
+        center = median(self._logs)
+        log_bound = math.log(self.min_ratio)
+        sigma = robust_sigma(self._logs, center)
+        if sigma > 0:                  # a flat window: the ratio alone decides, as in update
+            log_bound = max(log_bound, self.z_threshold * sigma)
+        try:
+            return math.exp(center + log_bound)
+        except OverflowError:
+            return math.inf
 
     def state_dict(self) -> dict[str, Any]:
         return {"logs": list(self._logs), **self._episode.state_dict()}

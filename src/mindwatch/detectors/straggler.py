@@ -4,8 +4,9 @@ Under data parallelism every rank's step *wall* time is the same: the fast ranks
 slow one inside the gradient all-reduce. What differs is the time a rank spends before it
 can start the step (fetching and preparing its batch, host work): the ``data_time_s`` each
 rank shares every step. A rank whose median over a window exceeds ``factor`` times the
-median of the other ranks, by at least ``min_fraction`` of a step, is a straggler. Each rank
-judges only itself, so the anomaly lands in the straggler's own log, under its own rank.
+median of the other ranks, by at least ``min_fraction`` of a step and ``min_seconds``, is a
+straggler. Each rank judges only itself, so the anomaly lands in the straggler's own log,
+under its own rank.
 """
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ from .base import Detector, Episode
 
 class StragglerDetector(Detector):
     def __init__(self, *, rank: int, world_size: int, window: int = 20, factor: float = 2.0,
-                 min_fraction: float = 0.1):
+                 min_fraction: float = 0.1, min_seconds: float = 0.005):
         self.rank, self.world_size = rank, world_size
         self.window, self.factor, self.min_fraction = window, factor, min_fraction
+        # An absolute floor too: on millisecond steps, scheduling jitter of a loaded host
+        # makes one rank's pre-step time twice another's without anyone waiting for long.
+        self.min_seconds = min_seconds
         self._times: list[deque[float]] = [deque(maxlen=window) for _ in range(world_size)]
         self._episode = Episode()
 
@@ -34,7 +38,7 @@ class StragglerDetector(Detector):
             return []
         mine = median(self._times[self.rank])
         others = median(median(h) for r, h in enumerate(self._times) if r != self.rank)
-        margin = self.min_fraction * (step_time_s or 0.0)
+        margin = max(self.min_fraction * (step_time_s or 0.0), self.min_seconds)
         slow = mine > self.factor * others and mine - others > margin
         found = []
         if self._episode.starts(slow):

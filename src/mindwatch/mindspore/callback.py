@@ -101,7 +101,9 @@ class TrainMonitor(Callback):
             clip_grad_norm: clip the gradients to this global L2 norm after measuring it
                 (None: no clipping).
             skip_anomalous_updates: withhold the optimizer update, in the graph, on a step
-                whose gradients are non-finite or whose norm exceeds ``grad_explode``.
+                whose gradients are non-finite or whose norm exceeds ``grad_explode``; with
+                ``on_anomaly`` "skip" also above the limits of the spike rules (and on a
+                non-finite loss), on every rank.
             sens: the gradient's initial sensitivity (a fixed loss scale).
             per_layer_norms: also measure each layer's gradient norm in the graph (a layer
                 is a parameter name without its last part: ``blocks.0.attn.qkv``), logged
@@ -124,10 +126,13 @@ class TrainMonitor(Callback):
         check_bool("skip_anomalous_updates", skip_anomalous_updates)
         check_number("sens", sens, low=0.0, low_open=True)
         check_bool("per_layer_norms", per_layer_norms)
+        skips = self.monitor.skips
         self.train_step = MonitoredTrainStep(
             net_with_loss, optimizer, grad_explode=self.settings.grad_explode,
             clip_grad_norm=clip_grad_norm, skip_anomalous_updates=skip_anomalous_updates,
-            sens=sens, per_layer_norms=per_layer_norms)
+            sens=sens, per_layer_norms=per_layer_norms, limit_loss=skips.limits_loss,
+            limit_grad_norm=skips.limits_grad_norm)
+        self._push_skip_limits()
         self._layers = LayerGrouping([p.name for p in optimizer.parameters])
         return self.train_step
 
@@ -137,7 +142,16 @@ class TrainMonitor(Callback):
         Example: ``anomalies = monitor.observe(step=1, loss=2.3, lr=1e-3, grad_norm=0.7)``
         returns the anomalies of that step (empty when healthy).
         """
-        return self.monitor.observe(**fields)
+        found = self.monitor.observe(**fields)
+        self._push_skip_limits()
+        return found
+
+    def _push_skip_limits(self) -> None:
+        """on_anomaly "skip": the next step's limits, from the spike rules' windows, to the
+        graph (a no-op unless they changed)."""
+        if self.train_step is not None:
+            limits = self.monitor.skips.limits
+            self.train_step.set_limits(limits.loss, limits.grad_norm)
 
     def close(self) -> None:
         """End the run cleanly (the ``end`` record; sinks closed); for custom loops.
@@ -172,6 +186,7 @@ class TrainMonitor(Callback):
             Run.DATASET_SINK_MODE: bool(getattr(cb, "dataset_sink_mode", False))})
         self._mark = self.monitor.clock.perf_counter()
         self._data_time = None
+        self._push_skip_limits()               # a loaded state_dict carries windows
         if self.monitor.world_size > 1 and self._consensus is None:
             self._consensus = self._make_consensus()
 
@@ -225,6 +240,7 @@ class TrainMonitor(Callback):
             # on_sink_error="raise": stop cleanly after this step (the other ranks still
             # need this step's exchange), and raise once training has ended.
             self._sink_error = exc
+        self._push_skip_limits()
         if run_context.get_stop_requested():      # a callback before this one asked
             self.monitor.request_stop()
         if self._consensus is not None:

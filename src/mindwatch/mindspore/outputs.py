@@ -51,10 +51,12 @@ def read_outputs(outputs: Any, *, wrapped_by: MonitoredTrainStep | None = None) 
         # tolist() converts in ~5 us; asnumpy() takes ~20 us, most of it numpy parsing the
         # buffer's format string, on every step.
         stats = outputs[1].tolist()
-        grad_norm = stats[STAT_GRAD_NORM]
+        loss, grad_norm = stats[STAT_LOSS], stats[STAT_GRAD_NORM]
+        lr_end = wrapped_by.stats_lr_end        # -1: the ranks' loss verdict follows
         return StepOutputs(
-            loss=stats[STAT_LOSS], grad_norm=grad_norm, lr_groups=stats[STAT_LR:],
-            skipped=not wrapped_by.update_applied(grad_norm),
+            loss=loss, grad_norm=grad_norm, lr_groups=stats[STAT_LR:lr_end],
+            skipped=not wrapped_by.update_applied(
+                grad_norm, loss, stats[-1] if lr_end is not None else None),
             grads_finite=math.isfinite(grad_norm),
             param_sq_norms=outputs[2].asnumpy() if len(outputs) > 2 else None)
     if isinstance(outputs, (tuple, list)):

@@ -7,6 +7,8 @@ every rank agrees on and the number people mean by "grad norm".
 """
 from __future__ import annotations
 
+import math
+
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
@@ -22,6 +24,9 @@ from .lr import group_indices
 # comparison, which ``update_applied`` repeats on the host (every graph kernel costs ~20 us
 # of launch on the CPU, more than its arithmetic).
 STAT_LOSS, STAT_GRAD_NORM, STAT_LR = 0, 1, 2     # LRs from 2 on, one per parameter group
+# With a loss limit under data parallelism, one more entry after the LRs: how many ranks'
+# losses were past their limit (summed over the ranks, in the graph), which the host needs
+# to repeat the decision and cannot derive from its own loss.
 
 # Below this many gradient elements the norm is taken over one concatenated vector: one
 # reduction instead of one per parameter costs 2-4x less on the CPU, for the demo (76k
@@ -69,6 +74,13 @@ class MonitoredTrainStep(nn.Cell):
     covers both rules. The price: finite gradients whose squares overflow float32 (norm
     above ~1.8e19) count as non-finite, which withholds the update all the same.
 
+    ``limit_loss``/``limit_grad_norm`` (on_anomaly "skip", see skipping.py): the update is
+    also withheld when the loss is above ``loss_limit`` (or NaN) or the norm above
+    ``grad_bound`` (``grad_explode`` or the spike limit, whichever is lower). Both are
+    Parameters the host sets between steps (``set_limits``), read in the condition, outside
+    the branch. Under data parallelism the ranks' loss verdicts are summed in the graph, so a
+    loss spike on one rank withholds the update on every rank.
+
     On the CPU the ``if`` around the optimizer costs a fixed ~1 ms per step (5% of the demo
     model's 24 ms step): MindSpore runs each branch as its own kernel graph there. On Ascend
     it compiles to in-graph conditional kernels ("switch inline").
@@ -76,7 +88,8 @@ class MonitoredTrainStep(nn.Cell):
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
                  clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
-                 sens: float = 1.0, per_layer_norms: bool = False):
+                 sens: float = 1.0, per_layer_norms: bool = False, limit_loss: bool = False,
+                 limit_grad_norm: bool = False):
         super().__init__(auto_prefix=False)
         self.network = network
         self.network.set_grad()
@@ -107,9 +120,25 @@ class MonitoredTrainStep(nn.Cell):
         self.grad_reducer = nn.Identity()
         # Reduce exactly as nn.TrainOneStepCell does in data-parallel mode, so the norm is
         # measured on the gradients the optimizer applies, identical on every rank.
-        if _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL):
+        data_parallel = _get_parallel_mode() in (ParallelMode.DATA_PARALLEL,
+                                                 ParallelMode.HYBRID_PARALLEL)
+        if data_parallel:
             self.grad_reducer = DistributedGradReducer(self.weights, _get_gradients_mean(),
                                                        _get_device_num())
+        # Compile-time switches: without "skip" the graph is the one without limits.
+        self.limit_loss = skip_anomalous_updates and limit_loss
+        self.limit_grad_norm = skip_anomalous_updates and limit_grad_norm
+        self.share_loss_verdict = self.limit_loss and data_parallel
+        self.stats_lr_end = -1 if self.share_loss_verdict else None
+        self._loss_limit_f32 = math.inf
+        self._grad_bound_f32 = self._grad_explode_f32
+        if self.limit_loss:
+            self.loss_limit = _limit("mindwatch_loss_limit", math.inf)
+        if self.limit_grad_norm:
+            self.grad_bound = _limit("mindwatch_grad_bound", self._grad_explode_f32)
+        if self.share_loss_verdict:
+            # SUM of 0/1 flags: MindSpore's CPU AllReduce has no MAX.
+            self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
 
     def _current_lr(self):
         lr = self.optimizer.get_lr()
@@ -117,10 +146,36 @@ class MonitoredTrainStep(nn.Cell):
             return ops.stack([ops.reshape(lr[i], ()) for i in self.lr_group_indices])
         return ops.reshape(lr, ())
 
-    def update_applied(self, grad_norm: float) -> bool:
-        """The graph's decision, repeated on the host from the returned norm (a float32
-        value, so comparing it in float64 gives the float32 answer). NaN compares False."""
-        return not self.skip_anomalous or grad_norm <= self._grad_explode_f32
+    def update_applied(self, grad_norm: float, loss: float | None = None,
+                       ranks_past_limit: float | None = None) -> bool:
+        """The graph's decision, repeated on the host from the returned values (float32
+        values against the float32 limits, so comparing them in float64 gives the float32
+        answer). NaN compares False. ``ranks_past_limit``: the summed flag the graph returns
+        under data parallelism with a loss limit."""
+        if not self.skip_anomalous:
+            return True
+        if not grad_norm <= self._grad_bound_f32:
+            return False
+        if self.share_loss_verdict:
+            return ranks_past_limit is not None and ranks_past_limit < 0.5
+        if self.limit_loss:
+            return loss is not None and loss <= self._loss_limit_f32
+        return True
+
+    def set_limits(self, loss: float, grad_norm: float) -> None:
+        """The limits of the next step (on_anomaly "skip"): withhold its update when the loss
+        is above ``loss`` or the norm above ``grad_norm`` (``inf``: no limit). A Parameter is
+        written only when its float32 value changes: set_data is a host-to-device copy."""
+        if self.limit_loss:
+            value = _float32(loss)
+            if value != self._loss_limit_f32:
+                self.loss_limit.set_data(ms.Tensor(value, ms.float32))
+                self._loss_limit_f32 = value
+        if self.limit_grad_norm:
+            value = min(_float32(grad_norm), self._grad_explode_f32)
+            if value != self._grad_bound_f32:
+                self.grad_bound.set_data(ms.Tensor(value, ms.float32))
+                self._grad_bound_f32 = value
 
     def construct(self, *inputs):
         loss = self.network(*inputs)
@@ -151,7 +206,16 @@ class MonitoredTrainStep(nn.Cell):
             # load_param_into_net between steps would be ignored, and the branch would go on
             # updating a detached copy. A depend adds no kernel.
             loss = ops.depend(loss, self.optimizer_state)
-            if grad_norm <= self.grad_explode:
+            # The limits are Parameters read here, in the condition, outside the branch.
+            apply = grad_norm <= (self.grad_bound if self.limit_grad_norm else self.grad_explode)
+            if self.limit_loss:
+                loss_ok = _as_float32(ops.reshape(loss, ())) <= self.loss_limit
+                if self.share_loss_verdict:
+                    past = ops.cast(ops.logical_not(ops.reshape(loss_ok, (1,))), ms.float32)
+                    ranks_past_limit = ops.reshape(self.all_reduce(past), ())
+                    loss_ok = ranks_past_limit < 0.5
+                apply = ops.logical_and(apply, loss_ok)
+            if apply:
                 loss = ops.depend(loss, self.optimizer(grads))
         else:
             loss = ops.depend(loss, self.optimizer(grads))
@@ -160,9 +224,21 @@ class MonitoredTrainStep(nn.Cell):
             stats = ops.concat((ops.stack((loss_f32, grad_norm)), _as_float32(lr)))
         else:
             stats = ops.stack((loss_f32, grad_norm, _as_float32(ops.reshape(lr, ()))))
+        if self.share_loss_verdict:
+            stats = ops.concat((stats, ops.reshape(ranks_past_limit, (1,))))
         if self.per_layer_norms:
             return loss, stats, param_sq_norms
         return loss, stats
+
+
+def _limit(name: str, value: float) -> ms.Parameter:
+    return ms.Parameter(ms.Tensor(value, ms.float32), name=name, requires_grad=False)
+
+
+def _float32(value: float) -> float:
+    """``value`` rounded to float32 as set_data will store it; beyond its range: inf."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(value))
 
 
 def _as_float32(tensor):

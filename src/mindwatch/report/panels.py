@@ -16,10 +16,10 @@ from .. import format as fmt
 from ..records import Anomaly, Device, Hardware, Run, Step
 from ..runlog import RankLog, RankScan, RunLog
 from ..runlog.scan import X
+from ..runlog.steps import StepIndex
 from .axes import panel_axis
 from .downsample import downsample
 from .spread import STATS, per_step
-from .steps import StepIndex
 
 # The anomaly table (and the markers) stop here: a run that logged an anomaly per step for a
 # million steps would otherwise defeat the size bound; the rest stay in the log.
@@ -59,7 +59,8 @@ def scan_logs(run: RunLog) -> list[Scanned]:
         scan = log.scan
         steps = scan.steps[Step.STEP]
         marked = {a.get(Anomaly.STEP) for a in scan.anomalies[:MAX_ANOMALY_ROWS]}
-        found.append(Scanned(log, scan, _positions(StepIndex(steps), steps, marked)))
+        found.append(Scanned(log, scan, _positions(StepIndex(steps, scan.ascending), steps,
+                                                   marked)))
     return found
 
 

@@ -3,6 +3,7 @@ one rank is an anomaly of that rank, not a point of the spread)."""
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import TypeGuard, cast
@@ -36,8 +37,8 @@ def per_step(steps: Sequence[Sequence[float]], values: Sequence[Sequence[float |
     Returns the steps (ascending) and ``{stat: one value per step}``."""
     first = steps[0]
     if all(column == first for column in steps) and all(
-            None not in column and math.isfinite(sum(cast("Sequence[float]", column)))
-            for column in values):
+            (isinstance(column, array) or None not in column)
+            and math.isfinite(sum(cast("Sequence[float]", column))) for column in values):
         # Usual case, same steps everywhere and all finite: whole columns through C builtins,
         # a block of steps at a time (a sorted row per step is ~300 bytes).
         stats: dict[str, list[float]] = {stat: [] for stat in STATS}

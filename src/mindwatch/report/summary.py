@@ -8,15 +8,14 @@ record because it still runs or died). Unreadable input never gets here (exit 2)
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
 
 from .. import format as fmt
 from .. import records
 from ..records import Anomaly, Common, End, Step
 from ..runlog import RankScan, RunLog
+from ..runlog.steps import StepIndex, last_common_step
 from .spread import STATS, min_median_max
-from .steps import StepIndex, last_common_step
 
 HEALTHY, ANOMALIES = 0, 1
 # Summary keys that are not record fields: a rank's end reason, the anomalies found.
@@ -74,13 +73,11 @@ def _spread(scans: list[RankScan]) -> dict[str, Any] | None:
     time (a straggler shows as a wide step-time spread only without data parallelism; with
     it, see the ``straggler`` anomalies). A step logged twice (a resumed run) counts once,
     with its last record."""
-    at = [StepIndex(scan.steps[Step.STEP]) for scan in scans]
+    at = [StepIndex(scan.steps[Step.STEP], scan.ascending) for scan in scans]
     last = last_common_step(at)
     if last is None:
         return None
-    times = [statistics.median(t) for t in (index.values(scan.steps[Step.STEP_TIME_S])
-                                            for index, scan in zip(at, scans, strict=True))
-             if t]
+    times = [scan.step_time_median for scan in scans if scan.step_time_median is not None]
     return {Step.STEP: last,
             Step.LOSS: min_median_max(scan.steps[Step.LOSS][index.position(last)]
                                       for index, scan in zip(at, scans, strict=True)),

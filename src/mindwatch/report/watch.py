@@ -3,9 +3,12 @@
 Three separable parts, so each can be tested without a terminal or a running job:
 
 - ``Follower`` (``runlog.follower``) tails every ``rank_*.jsonl`` and returns only whole new
-  records, skipping and counting bad lines;
+  records, skipping and counting bad lines; of a long log it returns the last MiB first and
+  the older records later (``read_history``), between frames, so the first frame of any run
+  comes at once;
 - ``WatchState`` folds records into what the view shows (latest step, recent losses, latest
-  hardware sample, last anomalies, whether each rank ended);
+  hardware sample, last anomalies, whether each rank ended), the older records before the
+  newer whatever the order they were read in;
 - ``render(state)`` turns that into a rich renderable; ``watch`` loops over the three.
 
 Numbers go through ``mindwatch.format``, so the console lines and this view read the same.
@@ -14,9 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich import box
@@ -33,10 +34,9 @@ from ..runlog import RunLogError
 from ..runlog.follower import Follower
 from ..settings import check_number
 from .summary import skipped_note
+from .watch_state import LAST_ANOMALIES, SPARK_WIDTH, RankState, WatchState
 
 _SPARKS = "▁▂▃▄▅▆▇█"
-SPARK_WIDTH = 16
-LAST_ANOMALIES = 5
 EXIT_ENDED, EXIT_NOT_ENDED, EXIT_INTERRUPTED = 0, 1, 130
 
 __all__ = ["Follower", "NoRunLogs", "RankState", "WatchState", "render", "sparkline", "watch"]
@@ -44,94 +44,6 @@ __all__ = ["Follower", "NoRunLogs", "RankState", "WatchState", "render", "sparkl
 
 class NoRunLogs(RunLogError):
     """No ``rank_<R>.jsonl`` appeared in the run directory within ``wait_s``."""
-
-
-@dataclass
-class RankState:
-    rank: int
-    run: dict[str, Any] | None = None
-    step: dict[str, Any] | None = None
-    hardware: dict[str, Any] | None = None
-    end: dict[str, Any] | None = None
-    losses: deque[float | None] = field(default_factory=lambda: deque(maxlen=SPARK_WIDTH))
-    anomalies: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=LAST_ANOMALIES))
-    anomaly_count: int = 0
-
-    def fold(self, record: dict[str, Any]) -> None:
-        kind = record.get(Common.KIND)
-        if kind == records.RUN:
-            self.run, self.end = record, None    # a new segment: running again
-        elif kind == records.STEP:
-            self.step = record
-            self.losses.append(record.get(Step.LOSS))
-        elif kind == records.HARDWARE:
-            self.hardware = record
-        elif kind == records.ANOMALY:
-            self.anomalies.append(record)
-            self.anomaly_count += 1
-        elif kind == records.END:
-            self.end = record
-
-    def after(self, past: RankState) -> RankState:
-        """This state folded after ``past``: what the records of both, in order, make."""
-        both = RankState(self.rank, anomaly_count=past.anomaly_count + self.anomaly_count)
-        both.run = self.run if self.run is not None else past.run
-        both.end = self.end if self.run is not None or self.end is not None else past.end
-        both.step = self.step if self.step is not None else past.step
-        both.hardware = self.hardware if self.hardware is not None else past.hardware
-        both.losses.extend([*past.losses, *self.losses])
-        both.anomalies.extend([*past.anomalies, *self.anomalies])
-        return both
-
-
-class WatchState:
-    """What the view shows, folded from records: those of ``update`` (the logs' tails, then
-    what they append) after those of ``update_history`` (what lies before the tails, read
-    later, ``Follower.read_history``)."""
-
-    def __init__(self, run_dir: str):
-        self.run_dir = run_dir
-        self.exists = False
-        self.skipped: dict[int, tuple[int, list[int]]] = {}    # Follower.skipped
-        self.history_left = 0.0                                # Follower.history_left
-        self._recent: dict[int, RankState] = {}
-        self._past: dict[int, RankState] = {}
-
-    def update(self, new: list[dict[str, Any]]) -> None:
-        self._fold(self._recent, new)
-
-    def update_history(self, old: list[dict[str, Any]]) -> None:
-        self._fold(self._past, old)
-
-    @staticmethod
-    def _fold(states: dict[int, RankState], found: list[dict[str, Any]]) -> None:
-        for record in found:
-            rank = record[Common.RANK]
-            state = states.get(rank)
-            if state is None:
-                state = states[rank] = RankState(rank)
-            state.fold(record)
-
-    @property
-    def ranks(self) -> dict[int, RankState]:
-        out = dict(self._past)
-        for rank, recent in self._recent.items():
-            past = self._past.get(rank)
-            out[rank] = recent if past is None else recent.after(past)
-        return out
-
-    @property
-    def world_size(self) -> int:
-        ranks = self.ranks
-        sizes = [s.run.get(Run.WORLD_SIZE) for s in ranks.values() if s.run]
-        return max([len(ranks)] + [n for n in sizes if isinstance(n, int)])
-
-    @property
-    def all_ended(self) -> bool:
-        """Every rank the run announced has logged an ``end`` record."""
-        ranks = self.ranks
-        return bool(ranks) and len(ranks) >= self.world_size and all(
-            s.end is not None for s in ranks.values())
 
 
 def sparkline(values, width: int = SPARK_WIDTH) -> str:
@@ -154,12 +66,13 @@ def sparkline(values, width: int = SPARK_WIDTH) -> str:
 
 
 def _devices(hardware: dict[str, Any] | None) -> str:
-    if not hardware or not hardware.get(Hardware.DEVICES):
+    devices = hardware.get(Hardware.DEVICES) if hardware else None
+    if not devices or not isinstance(devices, list):
         return fmt.MISSING
     return "; ".join(f"{device_label(d)} {fmt.percent(d.get(Device.UTIL_PERCENT))}"
                      f" {fmt.celsius(d.get(Device.TEMP_C))} "
                      f"{fmt.megabytes(d.get(Device.MEM_USED_MB))}"
-                     for d in hardware[Hardware.DEVICES])
+                     for d in devices if isinstance(d, Mapping))
 
 
 def _status(state: RankState) -> Text:
@@ -258,6 +171,7 @@ def watch(run_dir: str, *, console: Console | None = None, refresh_s: float = 0.
             while True:
                 state.exists = follower.exists
                 state.update(follower.poll())
+                state.update_history(follower.read_history(0))     # the logs' first records
                 state.skipped = follower.skipped
                 state.history_left = follower.history_left
                 if stop_when_ended and state.all_ended and not state.history_left:

@@ -59,22 +59,23 @@ class _Tail:
         return history.decoder.skipped + decoder.skipped, at[:SHOWN_SKIPS]
 
     def check(self) -> None:
-        """``LineDecoder.check`` over the history read so far and the tail together; before
-        saying which line was the first bad one, the whole history is read."""
+        """``LineDecoder.check`` over the history and the tail together. When the part read
+        so far has more bad lines than records, the rest of the history is read before
+        deciding (the rule is about the file read from its start) and naming the first."""
         history, decoder = self.history, self.decoder
         if history is None:
             decoder.check(final=False)
             return
-        skipped = history.decoder.skipped + decoder.skipped
-        records = history.decoder.records + decoder.records
-        if skipped <= records:
+        if history.decoder.skipped + decoder.skipped <= history.decoder.records + decoder.records:
             return
         while history.offset < history.end:
-            history.read(CHUNK_BYTES)
-        first = history.decoder.first_problem or (
-            f"line {history.decoder.line + decoder.first_problem_at}: {decoder.first_why}")
-        raise too_many_bad(self.path, history.decoder.skipped + decoder.skipped,
-                           history.decoder.records + decoder.records, first)
+            history.keep(history.read(CHUNK_BYTES))
+        skipped = history.decoder.skipped + decoder.skipped
+        if skipped > history.decoder.records + decoder.records:
+            first = history.decoder.first_problem or (
+                f"line {history.decoder.line + decoder.first_problem_at}: {decoder.first_why}")
+            raise too_many_bad(self.path, skipped,
+                               history.decoder.records + decoder.records, first)
 
 
 class Follower:
@@ -102,8 +103,10 @@ class Follower:
     def history_left(self) -> float:
         """The fraction of the logs' histories not read yet (0: all read)."""
         histories = [t.history for t in self._tails.values() if t.history is not None]
-        total = sum(h.end for h in histories)
-        return sum(h.end - h.offset for h in histories) / total if total else 0.0
+        if all(h.done for h in histories):
+            return 0.0
+        left = sum(h.end - h.offset for h in histories) / sum(h.end for h in histories)
+        return max(left, 1e-9)      # read, but not returned yet by read_history
 
     def poll(self) -> list[Record]:
         if not self.exists:
@@ -118,7 +121,9 @@ class Follower:
 
     def read_history(self, size: int = CHUNK_BYTES) -> list[Record]:
         """What the view keeps of the next ``size`` bytes of each history not read yet, to
-        fold before everything ``poll`` returned (``history.History.read``)."""
+        fold before everything ``poll`` returned (``history.History.read``); 0: of the
+        first bytes of the logs, read by ``poll`` (their ``run`` records, for the first
+        frame)."""
         found: list[Record] = []
         for path in sorted(self._tails):
             tail = self._tails[path]

@@ -33,17 +33,24 @@ class History:
     def read_head(self) -> None:
         """Reads the first ``HEAD_BYTES`` now (raising RunLogError if they say the file is no
         run log); ``read`` returns their records."""
-        self._read_ahead = self.read(HEAD_BYTES)
+        self.keep(self.read(HEAD_BYTES))
+
+    def keep(self, found: list[Record]) -> None:
+        """Records ``read`` returned, for its next call to return (first)."""
+        self._read_ahead = found + self._read_ahead
 
     @property
     def fraction(self) -> float:
         return self.offset / self.end if self.end else 1.0
 
     def read(self, size: int) -> list[Record]:
-        """The records the live view folds from the next ``size`` bytes at most: every record
-        but steps and hardware samples, then the last ``keep_steps`` steps and the last
-        hardware sample (the view keeps no more of them; their order against the others does
-        not change what it shows)."""
+        """The records the live view folds from the next ``size`` bytes at most (0: those
+        read already, by ``read_head``): every record but steps and hardware samples, then
+        the last ``keep_steps`` steps and the last hardware sample (the view keeps no more of
+        them; their order against the others does not change what it shows)."""
+        if size <= 0 or self.offset >= self.end:
+            found, self._read_ahead = self._read_ahead, []
+            return found
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self.offset)

@@ -54,8 +54,9 @@ def _problem(record: Record) -> str | None:
     return "; ".join(found) if found else None
 
 
-def too_many_bad(path: str, skipped: int, records: int, first_problem: str) -> RunLogError:
-    return RunLogError(f"{path}: {skipped} of {skipped + records} lines are not run-log "
+def too_many_bad(path: str, skipped: int, good: int, first_problem: str) -> RunLogError:
+    """The error for a file with more bad lines than records (``good``)."""
+    return RunLogError(f"{path}: {skipped} of {skipped + good} lines are not run-log "
                        f"records (first: {first_problem}); not a mindwatch log")
 
 
@@ -149,7 +150,7 @@ class LineDecoder:
             return None
         try:
             record = (self.fast.decode_record(raw) if self.fast is not None
-                      else records.decode(raw.decode("utf-8")))
+                      else fast.standard_record(raw))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             self._skip(number, f"not a strict JSON object ({exc})")
             return None

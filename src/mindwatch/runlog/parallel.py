@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -44,12 +45,19 @@ def read_logs(ranked: list[tuple[int, str]], read: Callable[[str, int], RankLog]
         return [read(path, rank) for rank, path in ranked]
     # The largest logs first, so that no worker is left with a big one at the end.
     order = sorted(range(len(ranked)), key=lambda i: -sizes[i])
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(_method()))
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(_method()),
+                               initializer=_ignore_interrupts)
     try:
         futures = {i: pool.submit(read, ranked[i][1], ranked[i][0]) for i in order}
         return [futures[i].result() for i in range(len(ranked))]
     finally:
         pool.shutdown(cancel_futures=True)     # after an error: the other ranks need not finish
+
+
+def _ignore_interrupts() -> None:
+    """Ctrl-C is the caller's to handle (the command says "interrupted" in one line); a
+    worker would print a traceback of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _method() -> str:

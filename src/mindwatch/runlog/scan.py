@@ -9,18 +9,21 @@ updates. ``summary`` and ``report`` read nothing else, so a long run costs them 
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from operator import truth
 from typing import Any
 
 from .. import records
-from ..records import Common, Hardware, Step, device_label
+from ..records import Common, Device, Hardware, Step, device_label
 from .batch import Batch
 from .columns import FLOAT, INT, Column, Columns, field_values, revived
 from .fast import DEVICE_FIELDS, HOST_FIELDS, STEP_FIELDS
 from .lines import Record
+from .steps import StepIndex
 
 X = "x"             # a hardware series' step positions, beside its field columns
+TYPE = Device.TYPE
 _TYPECODES = {name: INT if name == Step.STEP else FLOAT for name in STEP_FIELDS}
 
 
@@ -33,6 +36,10 @@ class RankScan:
     run: Record | None = None                  # the latest `run` record
     end: Record | None = None                  # the `end` of the latest segment, if any
     skipped_steps: int = 0                     # step records with a truthy `skipped`
+    ascending: bool = True                     # every step is larger than the one before
+    # The median of the step times (s), one per step (its last record), None left out;
+    # None when there is none. Here, not in summary.py, so that each worker sorts its own.
+    step_time_median: float | None = None
 
     @property
     def step_count(self) -> int:
@@ -40,7 +47,7 @@ class RankScan:
 
 
 class Scanner:
-    """Folds batches of records (``lines.Batch``), in file order, into a ``RankScan``."""
+    """Folds batches of records (``batch.Batch``), in file order, into a ``RankScan``."""
 
     def __init__(self) -> None:
         self._columns = Columns(_TYPECODES)
@@ -76,13 +83,19 @@ class Scanner:
         scan = self.scan
         scan.steps = self._columns.data
         steps = scan.steps[Step.STEP]
+        index = StepIndex(steps)
+        scan.ascending = index.ascending
+        times = index.values(scan.steps[Step.STEP_TIME_S])
+        scan.step_time_median = statistics.median(times) if len(times) else None
         items = [item for _, item in self._hardware]
         xs = [steps[count - 1] if count else 0 for count, _ in self._hardware]
         scan.hardware = {X: xs, **{name: revived(field_values(items, name), name)[0]
                                    for name in HOST_FIELDS}}
+        # ``devices`` that is not a list, or an entry that is not an object, holds nothing
+        # to draw (records.problems accepts them: it checks a list's objects only).
         placed = [(x, device) for x, found in zip(xs, field_values(items, Hardware.DEVICES),
-                                                  strict=True)
-                  for device in found or ()]
+                                                  strict=True) if isinstance(found, list)
+                  for device in found if type(device) is dict or hasattr(device, TYPE)]
         by_label: dict[str, list[tuple[Any, Any]]] = {}
         for x, device in placed:
             by_label.setdefault(device_label(device), []).append((x, device))

@@ -23,6 +23,7 @@ from typing import Any
 from .. import records
 from ..records import Common
 from .base import Sink
+from .line import encode_line
 
 RECHECK_S = 1.0          # seconds between checks that the log file is still linked
 
@@ -72,7 +73,7 @@ class JsonlSink(Sink):
     def write(self, record: Mapping[str, Any]) -> None:
         if self._fd is None:
             raise RuntimeError(f"run log {self.path} is already closed")
-        line = (records.encode(record) + "\n").encode("utf-8")
+        line = encode_line(record)
         if record.get(Common.KIND) == records.RUN:
             self._run_record = line
         if self._vanished():

@@ -2,10 +2,11 @@
 
 Faults are provoked through three knobs that are Parameters, so a compiled GRAPH_MODE step
 reads their current values each call: a factor on the loss (``explode``: huge gradients for
-one step; ``vanish``: gradients scaled towards zero from then on), an additive poison on the
-loss (``nan``: a NaN batch for one step), and a factor on the LR schedule (``diverge``: the LR
-grows geometrically from that step, which Adam's scale-invariance would hide from a loss
-factor).
+one step; ``spike``: a loss (and gradient) spike of one step, below grad_explode, that only
+the spike rules catch; ``vanish``: gradients scaled towards zero from then on), an additive
+poison on the loss (``nan``: a NaN batch for one step), and a factor on the LR schedule
+(``diverge``: the LR grows geometrically from that step, which Adam's scale-invariance would
+hide from a loss factor).
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from mindspore import nn
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 from mindspore.train import Callback
 
-KINDS = ("explode", "nan", "diverge", "vanish")
+KINDS = ("explode", "nan", "diverge", "vanish", "spike")
 EXPLODE_FACTOR = 1e6
+SPIKE_FACTOR = 20.0        # a bad batch: loss and gradients x20, far under grad_explode
 VANISH_FACTOR = 1e-9
 DIVERGE_GROWTH = 1.5       # LR multiplied by this every step from the fault on
 
@@ -74,6 +76,8 @@ class FaultInjector(Callback):
         factor, poison, lr_factor = 1.0, 0.0, 1.0
         if kind == "explode" and step == at:
             factor = EXPLODE_FACTOR
+        elif kind == "spike" and step == at:
+            factor = SPIKE_FACTOR
         elif kind == "nan" and step == at:
             poison = math.nan
         elif kind == "vanish" and step >= at:

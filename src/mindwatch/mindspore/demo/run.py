@@ -29,7 +29,10 @@ def default_run_dir() -> str:
 
 def run_demo(*, out: str | None = None, steps: int = 300, inject: Injection | None = None,
              seed: int = 0, stream: TextIO | None = None, print_interval: int = 25,
-             **settings) -> DemoResult:
+             policy: str | None = None, **settings) -> DemoResult:
+    """``policy``: ``on_anomaly`` for every kind (None: the defaults)."""
+    if policy is not None:
+        settings["on_anomaly"] = policy
     run_dir = out or default_run_dir()
     ms.set_device("CPU")                 # set_context(device_target=...) is deprecated
     ms.set_context(mode=ms.GRAPH_MODE)

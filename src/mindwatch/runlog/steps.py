@@ -22,9 +22,11 @@ def _ascending(steps: Sequence[Any]) -> bool:
 
 
 class StepIndex:
-    def __init__(self, steps: Sequence[Any]):
+    """``ascending``: whether ``steps`` strictly ascend, when already known (``RankScan``)."""
+
+    def __init__(self, steps: Sequence[Any], ascending: bool | None = None):
         self.steps = steps
-        self.ascending = _ascending(steps)
+        self.ascending = _ascending(steps) if ascending is None else ascending
         # step -> index of its last record, in the order each step first appears
         self._last: dict[Any, int] | None = None if self.ascending else {
             step: index for index, step in enumerate(steps)}

@@ -1,0 +1,108 @@
+"""What the live view shows (``mindwatch watch``), folded from records: per rank the latest
+``run`` record and the ``end`` of its latest segment, the latest step and hardware sample, the
+recent losses and the last anomalies with their count.
+
+Records come in two streams (``runlog.follower``): ``update`` gets each log's tail and then
+what is appended to it, ``update_history`` what lies before the tail, read later. The view is
+the history's fold followed by the tail's (``RankState.after``), which is what folding every
+record in file order gives.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import records
+from ..records import Common, Run, Step
+
+SPARK_WIDTH = 16
+LAST_ANOMALIES = 5
+
+
+@dataclass
+class RankState:
+    rank: int
+    run: dict[str, Any] | None = None
+    step: dict[str, Any] | None = None
+    hardware: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    losses: deque[float | None] = field(default_factory=lambda: deque(maxlen=SPARK_WIDTH))
+    anomalies: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=LAST_ANOMALIES))
+    anomaly_count: int = 0
+
+    def fold(self, record: dict[str, Any]) -> None:
+        kind = record.get(Common.KIND)
+        if kind == records.RUN:
+            self.run, self.end = record, None    # a new segment: running again
+        elif kind == records.STEP:
+            self.step = record
+            self.losses.append(record.get(Step.LOSS))
+        elif kind == records.HARDWARE:
+            self.hardware = record
+        elif kind == records.ANOMALY:
+            self.anomalies.append(record)
+            self.anomaly_count += 1
+        elif kind == records.END:
+            self.end = record
+
+    def after(self, past: RankState) -> RankState:
+        """This state folded after ``past``: what the records of both, in order, make."""
+        both = RankState(self.rank, anomaly_count=past.anomaly_count + self.anomaly_count)
+        both.run = self.run if self.run is not None else past.run
+        both.end = self.end if self.run is not None or self.end is not None else past.end
+        both.step = self.step if self.step is not None else past.step
+        both.hardware = self.hardware if self.hardware is not None else past.hardware
+        both.losses.extend([*past.losses, *self.losses])
+        both.anomalies.extend([*past.anomalies, *self.anomalies])
+        return both
+
+
+class WatchState:
+    """What the view shows, folded from records: those of ``update`` (the logs' tails, then
+    what they append) after those of ``update_history`` (what lies before the tails, read
+    later, ``Follower.read_history``)."""
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self.exists = False
+        self.skipped: dict[int, tuple[int, list[int]]] = {}    # Follower.skipped
+        self.history_left = 0.0                                # Follower.history_left
+        self._recent: dict[int, RankState] = {}
+        self._past: dict[int, RankState] = {}
+
+    def update(self, new: list[dict[str, Any]]) -> None:
+        self._fold(self._recent, new)
+
+    def update_history(self, old: list[dict[str, Any]]) -> None:
+        self._fold(self._past, old)
+
+    @staticmethod
+    def _fold(states: dict[int, RankState], found: list[dict[str, Any]]) -> None:
+        for record in found:
+            rank = record[Common.RANK]
+            state = states.get(rank)
+            if state is None:
+                state = states[rank] = RankState(rank)
+            state.fold(record)
+
+    @property
+    def ranks(self) -> dict[int, RankState]:
+        out = dict(self._past)
+        for rank, recent in self._recent.items():
+            past = self._past.get(rank)
+            out[rank] = recent if past is None else recent.after(past)
+        return out
+
+    @property
+    def world_size(self) -> int:
+        ranks = self.ranks
+        sizes = [s.run.get(Run.WORLD_SIZE) for s in ranks.values() if s.run]
+        return max([len(ranks)] + [n for n in sizes if isinstance(n, int)])
+
+    @property
+    def all_ended(self) -> bool:
+        """Every rank the run announced has logged an ``end`` record."""
+        ranks = self.ranks
+        return bool(ranks) and len(ranks) >= self.world_size and all(
+            s.end is not None for s in ranks.values())

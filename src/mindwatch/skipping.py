@@ -1,0 +1,138 @@
+"""``on_anomaly="skip"``: withhold the anomalous step's update and go on.
+
+The update is withheld in wrap's graph, on the step itself, before the host has seen it; the
+host's part is here:
+
+- **Limits**: after each step, the loss and gradient-norm values that would fire the spike
+  rules at the next step (``SpikeDetector.limit``; ``inf`` during the warm-up or when the
+  kind is not on "skip"). The adapter hands them to the graph, which withholds the update of
+  a step whose loss or norm is above them (or non-finite, or the norm above grad_explode).
+- **Actions**: an anomaly of a skippable kind on "skip" gets ``["skip"]`` when the step's
+  update was withheld (the adapter repeats the graph's float32 decision into
+  ``skipped``), else ``["warn"]`` (without wrap nothing can be withheld: said once).
+  Other kinds are found from history, after the update: "skip" is "warn" for them.
+- **Repeats**: the spike rules fire once per episode, but the graph withholds every step
+  above the limit (withheld values stay out of the window, so a lasting shift keeps being
+  withheld). Each such step is reported, so that withheld updates never go unexplained and
+  the escalation below counts them.
+- **Escalation**: after ``max_skips`` withheld updates within the last ``ESCALATION_STEPS``
+  steps, the next "skip" anomaly becomes checkpoint_and_stop: skipping cannot fix a fault
+  that lasts (a bad LR, a broken data shard), and the message says so.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from .anomaly import (
+    GRAD_SPIKE,
+    GRADIENT_EXPLODE,
+    GRADIENT_NONFINITE,
+    LOSS_NONFINITE,
+    LOSS_SPIKE,
+    Anomaly,
+)
+from .detectors.spike import SpikeDetector
+from .observation import StepObservation
+from .policy import SKIP, Policy
+
+# Kinds found on the step itself, before its update could be applied, by values the graph
+# can compare: only these can be withheld.
+SKIPPABLE_KINDS = (LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, LOSS_SPIKE, GRAD_SPIKE)
+ESCALATION_STEPS = 100        # steps over which withheld updates count towards max_skips
+
+
+@dataclass(frozen=True)
+class SkipLimits:
+    """In force for the next step: its update is withheld above these (``inf``: no limit)."""
+    loss: float = math.inf
+    grad_norm: float = math.inf
+
+
+class SkipGuard:
+    def __init__(self, policy: Policy, *, max_skips: int, loss_spike: SpikeDetector | None,
+                 grad_spike: SpikeDetector | None):
+        self.kinds = frozenset(k for k in SKIPPABLE_KINDS if policy.policy_for(k) == SKIP)
+        self.max_skips = max_skips
+        self._loss_spike = loss_spike if LOSS_SPIKE in self.kinds else None
+        self._grad_spike = grad_spike if GRAD_SPIKE in self.kinds else None
+        self._withheld: deque[int] = deque()        # steps whose update was withheld
+        self._said_not_withheld = False
+        self.limits = SkipLimits()
+        self.refresh()
+
+    @property
+    def limits_loss(self) -> bool:
+        """The graph must compare the loss (NaN and +Inf fail ``loss <= inf``)."""
+        return bool(self.kinds & {LOSS_SPIKE, LOSS_NONFINITE})
+
+    @property
+    def limits_grad_norm(self) -> bool:
+        return GRAD_SPIKE in self.kinds
+
+    def refresh(self) -> None:
+        """Recompute the limits from the spike rules' windows (after a step, a loaded state)."""
+        self.limits = SkipLimits(
+            loss=self._loss_spike.limit() if self._loss_spike is not None else math.inf,
+            grad_norm=self._grad_spike.limit() if self._grad_spike is not None else math.inf)
+
+    def review(self, obs: StepObservation, found: list[Anomaly]) -> tuple[list[Anomaly],
+                                                                           str | None]:
+        """Set the actions of this step's "skip" anomalies, add the repeats; returns them and
+        a notice to say (once: "skip" could not withhold anything), or None."""
+        if not self.kinds:
+            return found, None
+        prior = self._count_withheld(obs)
+        found = found + self._repeats(obs, found)
+        notice = None
+        for anomaly in found:
+            if anomaly.kind not in self.kinds or anomaly.actions:
+                continue
+            if not obs.skipped:
+                anomaly.actions = ["warn"]
+                if not self._said_not_withheld:
+                    self._said_not_withheld = True
+                    notice = (f"on_anomaly 'skip' ({anomaly.kind} at step {obs.step}): the "
+                              "update was not withheld (that needs monitor.wrap(..., "
+                              "skip_anomalous_updates=True)), so 'skip' acts as 'warn'")
+            elif prior >= self.max_skips:
+                anomaly.actions = ["skip", "checkpoint", "stop"]
+                anomaly.message += (
+                    f"; escalated to checkpoint_and_stop: {prior} updates were already "
+                    f"withheld in the last {ESCALATION_STEPS} steps (max_skips="
+                    f"{self.max_skips}), so skipping does not cure this fault")
+            else:
+                anomaly.actions = ["skip"]
+        if not obs.skipped:            # a withheld value stays out of the windows
+            self.refresh()
+        return found, notice
+
+    def _count_withheld(self, obs: StepObservation) -> int:
+        """Withheld updates in the ESCALATION_STEPS steps before this one; records this one."""
+        withheld = self._withheld
+        if withheld and withheld[-1] >= obs.step:      # a new run segment counts from 1
+            withheld.clear()
+        while withheld and withheld[0] <= obs.step - ESCALATION_STEPS:
+            withheld.popleft()
+        prior = len(withheld)
+        if obs.skipped:
+            withheld.append(obs.step)
+        return prior
+
+    def _repeats(self, obs: StepObservation, found: list[Anomaly]) -> list[Anomaly]:
+        """A withheld step above a spike limit whose rule stayed quiet (same episode)."""
+        if not obs.skipped:
+            return []
+        reported = {anomaly.kind for anomaly in found}
+        repeats = []
+        for kind, value, limit, label in (
+                (LOSS_SPIKE, obs.loss, self.limits.loss, "loss"),
+                (GRAD_SPIKE, obs.grad_norm, self.limits.grad_norm, "gradient norm")):
+            if kind in self.kinds and kind not in reported and value is not None \
+                    and math.isfinite(value) and value > limit:
+                repeats.append(Anomaly(
+                    kind, obs.step, value, limit,
+                    f"{label} {value:.4g} at step {obs.step} is still above the spike limit "
+                    f"{limit:.4g}: its update was withheld again"))
+        return repeats
