@@ -15,7 +15,7 @@ from typing import Any
 from .anomaly import GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH, Anomaly
 from .anomaly_report import HISTORY_STEPS, write_report
 from .framework import FrameworkHooks
-from .hardware.messages import OnceMessages
+from .once import OnceMessages
 from .policy import Policy
 from .records import Step
 

@@ -87,18 +87,23 @@ def test_a_directory_or_fifo_named_like_a_log_is_an_error(tmp_path):
             read_rank_log(str(tmp_path / where / "rank_0.jsonl"))
 
 
+def _read_with_peak_memory(path):
+    """The log read back, and the peak of Python allocations while reading it (bytes)."""
+    tracemalloc.start()
+    try:
+        log = read_rank_log(str(path))
+        return log, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_huge_line_is_skipped_with_bounded_memory(tmp_path):
     path = tmp_path / "rank_0.jsonl"
     with open(path, "wb") as handle:
         handle.write(RUN + b"\n" + STEP + b"\n")
         handle.write(b'{"kind":"step","blob":"' + b"a" * (50 * 2**20) + b'"}\n')  # 50 MB line
         handle.write(STEP + b"\n" + END + b"\n")
-    tracemalloc.start()
-    try:
-        log = read_rank_log(str(path))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    log, peak = _read_with_peak_memory(path)
     assert [r["kind"] for r in log.records] == ["run", "step", "step", "end"]
     assert (log.skipped, log.skipped_at) == (1, [3])
     assert peak < 3 * MAX_LINE_BYTES < 50 * 2**20, peak
@@ -109,12 +114,7 @@ def test_a_huge_last_line_without_newline_is_a_torn_tail(tmp_path):
     with open(path, "wb") as handle:
         handle.write(RUN + b"\n" + STEP + b"\n")
         handle.truncate(200 * 2**20)                   # 200 MB of NUL bytes, no newline
-    tracemalloc.start()
-    try:
-        log = read_rank_log(str(path))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    log, peak = _read_with_peak_memory(path)
     assert len(log.records) == 2 and log.torn_tail and log.skipped == 1
     assert peak < 3 * MAX_LINE_BYTES, peak
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..numbers import to_number
-from .messages import OnceMessages
+from ..once import OnceMessages
 
 Reader = Callable[[], Mapping[str, Any]]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..once import OnceMessages
 from ..records import Hardware
 from ..units import GB
-from .messages import OnceMessages
 
 
 def _import_psutil():

@@ -11,8 +11,8 @@ from typing import Any
 
 from ..numbers import to_number
 from ..observation import DeviceSample
+from ..once import OnceMessages
 from ..units import MB
-from .messages import OnceMessages
 
 MW_PER_W = 1000                     # NVML reports power in milliwatts
 

@@ -25,10 +25,10 @@ from typing import Any
 
 from ..arguments import checked
 from ..observation import DeviceSample, HardwareSample
+from ..once import OnceMessages
 from ..records import Hardware
 from ..settings import check_number
 from .framework_memory import FrameworkMemoryProbe, Reader
-from .messages import OnceMessages
 from .npu_smi import NpuSmiProbe, visible_devices_from_env
 from .nvml import NvmlProbe
 

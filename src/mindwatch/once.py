@@ -1,5 +1,6 @@
-"""Each distinct problem said once: probes report on the sampler thread, the monitor pops
-the new messages on the training thread and writes them as notices."""
+"""Each distinct problem said once: hardware probes report on the sampler thread, the
+responder on failed checkpoint and report writes; the monitor pops the new messages on the
+training thread and writes them as notices."""
 from __future__ import annotations
 
 import threading
