@@ -128,12 +128,12 @@ def tiny_gpt(seed, steps, scenario):
 ARCHITECTURES = {"tinygpt": tiny_gpt, "mlp": regressor}
 
 
-def run_one(arch, scenario, seed, steps, workdir, policy="warn"):
+def run_one(arch, scenario, seed, steps, workdir, policy="warn", **settings):
     """One run; ``policy`` is on_anomaly for every kind (recovery.py compares them)."""
     loss, optimizer, schedule, data, poisons_data = ARCHITECTURES[arch](seed, steps, scenario)
     run_dir = tempfile.mkdtemp(dir=workdir)
     monitor = TrainMonitor(run_dir, on_anomaly=policy, stream=io.StringIO(),
-                           hardware_interval_s=None)
+                           hardware_interval_s=None, **settings)
     model = ms.train.Model(monitor.wrap(loss, optimizer))
     model.train(1, data, callbacks=[Knobs(scenario, loss, schedule, poisons_data), monitor],
                 dataset_sink_mode=False)

@@ -6,14 +6,16 @@ on_anomaly set to that policy for every kind:
     warn                 the run goes on with the fault's update applied
     skip                 the update of an anomalous step is withheld in wrap's graph
     checkpoint_and_stop  the run stops at the first anomaly (checkpoint of the last good weights)
-    rewind               not implemented yet ("next")
+    rewind               the training state goes back to the last snapshot taken before the
+                         fault (snapshot_every=SNAPSHOT_EVERY here) and training goes on
 
 Per scenario and policy: the final loss (median of the last FINAL_STEPS steps the run
 trained, as a multiple of the clean run's: a healthy run of the same seed and length) and the
-steps lost (updates not applied: withheld, or never run after a stop). On healthy runs a
-policy must do nothing: any anomaly there is a false alarm (FA). A fault skipping cannot cure
-(one that lasts, such as a diverging LR) shows as "escalated" (skip turned into
-checkpoint_and_stop after max_skips withheld updates) or as a final loss far above clean.
+steps lost (updates not applied: withheld, never run after a stop, or undone by a rewind). On
+healthy runs a policy must do nothing: any anomaly there is a false alarm (FA). A fault a
+policy cannot cure (one that lasts, such as a diverging LR) shows as "escalated" (skip or
+rewind turned into checkpoint_and_stop after max_skips withheld updates or max_rewinds
+rewinds) or as a final loss far above clean ("NOT FIXED").
 
     python benchmarks/recovery.py [--seeds 1] [--steps 200] [--arch tinygpt mlp]
 """
@@ -29,7 +31,8 @@ import mindspore as ms
 
 from faults import ARCHITECTURES, FAULT_STEP, SCENARIOS, run_one
 
-POLICIES = ("warn", "skip", "checkpoint_and_stop")
+POLICIES = ("warn", "skip", "rewind", "checkpoint_and_stop")
+SNAPSHOT_EVERY = 25
 FINAL_STEPS = 10
 NOT_FIXED = 1.5          # final loss above this multiple of clean's: the fault was not cured
 
@@ -42,9 +45,11 @@ def final_loss(steps) -> float:
 
 def outcome(log, total_steps, clean_loss) -> dict:
     trained = sum(1 for s in log.steps if not s["skipped"])
+    undone = sum(r["step"] - r["to_step"] for r in log.of_kind("rewind"))
     stopped = log.end is not None and log.end["reason"] == "stopped"
     escalated = any("escalated" in a["message"] for a in log.anomalies)
-    return {"ratio": final_loss(log.steps) / clean_loss, "lost": total_steps - trained,
+    return {"ratio": final_loss(log.steps) / clean_loss,
+            "lost": total_steps - trained + undone, "rewinds": len(log.of_kind("rewind")),
             "stopped_at": log.steps[-1]["step"] if stopped else None, "escalated": escalated,
             "alarms": len(log.anomalies)}
 
@@ -54,6 +59,9 @@ def cell(results: list[dict], scenario: str) -> str:
     ratio = statistics.median(r["ratio"] for r in results)
     lost = statistics.median(r["lost"] for r in results)
     text = f"x{ratio:.3g} lost {lost:g}"
+    rewinds = max(r["rewinds"] for r in results)
+    if rewinds:
+        text += f" rw {rewinds}"
     if healthy:
         return text + f" FA {sum(r['alarms'] for r in results)}"
     if any(r["escalated"] for r in results):
@@ -78,10 +86,10 @@ def main(argv=None) -> int:
     workdir = tempfile.mkdtemp(prefix="mindwatch-recovery-")
     print(f"{args.seeds} seed(s) x {args.steps} steps, fault at step {FAULT_STEP}; final loss "
           f"as a multiple of a clean run's, steps lost (updates not applied), FA = alarms on "
-          f"a healthy run; ESCALATED = skip gave up (checkpoint_and_stop after max_skips); "
+          f"a healthy run; rw N = rewinds; ESCALATED = skip or rewind gave up "
+          f"(checkpoint_and_stop after max_skips or max_rewinds); "
           f"NOT FIXED = final loss > {NOT_FIXED}x clean")
-    print(f"{'model':8s} {'scenario':16s}" + "".join(f"{p:>30s}" for p in POLICIES)
-          + f"{'rewind':>10s}")
+    print(f"{'model':8s} {'scenario':16s}" + "".join(f"{p:>30s}" for p in POLICIES))
     for arch in args.arch:
         clean = [final_loss(run_one(arch, "healthy", seed, args.steps, workdir).steps)
                  for seed in range(args.seeds)]
@@ -90,12 +98,14 @@ def main(argv=None) -> int:
             for policy in POLICIES:
                 results = []
                 for seed in range(args.seeds):
-                    log = run_one(arch, scenario, seed, args.steps, workdir, policy=policy)
+                    extra = {"snapshot_every": SNAPSHOT_EVERY} if policy == "rewind" else {}
+                    log = run_one(arch, scenario, seed, args.steps, workdir, policy=policy,
+                                  **extra)
                     results.append(outcome(log, args.steps, clean[seed]))
                     print(f"  {arch} {scenario} {policy} seed {seed}: {results[-1]}",
                           file=sys.stderr)
                 row += f"{cell(results, scenario):>30s}"
-            print(row + f"{'next':>10s}", flush=True)
+            print(row, flush=True)
     return 0
 
 

@@ -44,6 +44,13 @@ class Anomaly:
     report: str | None = None
     # For peer_stop: (rank, anomaly kind) of the rank whose anomaly stopped the run.
     origin: tuple[int, str] | None = None
+    # The first step the fault touched, when it began before ``step`` (loss_rising: where
+    # the rise began); on_anomaly "rewind" goes back to a snapshot taken before it.
+    onset: int | None = None
+
+    @property
+    def first_step(self) -> int | None:
+        return self.onset if self.onset is not None else self.step
 
     @property
     def stops(self) -> bool:

@@ -18,7 +18,7 @@ EXIT_UNREADABLE = 2
 # mindwatch.mindspore.demo.inject.KINDS, which cannot be imported without MindSpore.
 INJECT_KINDS = ("explode", "nan", "diverge", "vanish", "spike")
 # mindwatch.policy.POLICIES (importable, but listed here beside the kinds for --help).
-DEMO_POLICIES = ("warn", "stop", "checkpoint_and_stop", "skip")
+DEMO_POLICIES = ("warn", "stop", "checkpoint_and_stop", "skip", "rewind")
 # Bounds that keep a typo from becoming hours of work or gigabytes of memory: the demo draws
 # all its data up front (16 x 48 tokens a step), MindSpore seeds are 32-bit.
 MAX_DEMO_STEPS = 100_000

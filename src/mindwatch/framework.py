@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .sinks.base import Sink
+
+if TYPE_CHECKING:
+    from .rewinding import SnapshotStore
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +46,9 @@ class FrameworkHooks:
       report should state (asked at report time, so they may change after construction).
     - ``memory_reader() -> dict``: the framework's device-memory accounting, sampled on the
       hardware thread (plain numbers; must not raise, or it is reported once and retried).
+    - ``snapshots``: a ``rewinding.SnapshotStore`` (``take(step)``, ``restore(step)``,
+      ``drop(step)``) over the whole training state, in host memory; needed by
+      ``on_anomaly="rewind"``, called on the training thread at step ends.
     - ``sinks``: views only the framework can write, keyed by the boolean setting that
       switches each on (``{"mindinsight": factory}``); opened with every run segment.
     """
@@ -52,6 +58,7 @@ class FrameworkHooks:
     resume_hint: Callable[[str], str] | None = None
     notes: Callable[[], list[str]] | None = None
     memory_reader: Callable[[], Mapping[str, Any]] | None = None
+    snapshots: SnapshotStore | None = None
     sinks: Mapping[str, SinkFactory] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -8,7 +8,7 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from . import records
@@ -22,8 +22,9 @@ from .peers import Peers, stop_code
 from .policy import Policy
 from .rank import rank_from_env
 from .records import Anomaly as AnomalyRecord
-from .records import End, Notice, Run, Versions
+from .records import End, Notice, Rewind, Run, Versions
 from .responder import Responder
+from .rewinding import RewindEvent, RewindGuard, RewindWish, require_snapshots
 from .run_dir import prepare
 from .segment import RunSegment
 from .settings import MonitorSettings
@@ -80,6 +81,7 @@ class Monitor:
                             f"{type(framework).__name__}")
         self.framework = framework or FrameworkHooks()
         check_framework_views(self.settings, self.framework.sinks)    # before creating files
+        require_snapshots(self.settings.policies, self.framework.snapshots)
         env = rank_from_env()
         self.rank = env.rank if rank is None else rank
         self.world_size = env.world_size if world_size is None else world_size
@@ -99,6 +101,11 @@ class Monitor:
         self.skips = SkipGuard(self.policy, max_skips=self.settings.max_skips,
                                loss_spike=spikes.get(LOSS_SPIKE),
                                grad_spike=spikes.get(GRAD_SPIKE))
+        # on_anomaly "rewind": snapshots, the target, escalation (the framework copies).
+        self.rewinds = RewindGuard(self.policy, snapshot_every=self.settings.snapshot_every,
+                                   snapshots_kept=self.settings.snapshots_kept,
+                                   max_rewinds=self.settings.max_rewinds, rank=self.rank,
+                                   store=self.framework.snapshots, detectors=self.detectors)
         self.console = ConsoleSink(
             rank=self.rank, print_interval=self.settings.print_interval, stream=stream,
             verbose=self.rank == 0 or self.settings.print_all_ranks)
@@ -194,6 +201,7 @@ class Monitor:
         self._ensure_started()
         self._stop_hardware()
         self._act_on_pending()
+        self._act(self.rewinds.settle(segment.last_step, [], False, stopping=True)[1])
         self._check_signal()                 # one that came after the last step
         self.end_epoch()
         error = error or segment.sink_error
@@ -340,7 +348,7 @@ class Monitor:
         found, skip_notice = self.skips.review(obs, found)
         if skip_notice is not None:
             self.notice(skip_notice)
-        self._act(found)
+        self._act(self.rewinds.review(obs.step, found))      # "rewind" ones wait for settle
         if self._segment.pending:
             found.extend(self._act_on_pending())
         self._drain_sampler_messages()
@@ -364,6 +372,7 @@ class Monitor:
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to keep its history: detector windows, loss average."""
         return {**self.loss_stats.state_dict(), "last_step": self.last_step,
+                "rewinds": self.rewinds.rewinds,
                 "detectors": [d.state_dict() for d in self.detectors]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -377,6 +386,7 @@ class Monitor:
             detector.load_state_dict(detector_state)
         self.loss_stats.load_state_dict(state)
         self.skips.refresh()
+        self.rewinds.rewinds = int(state.get("rewinds", 0))
         self._segment.last_step = state.get("last_step", self._segment.last_step)
 
     # -- several ranks ------------------------------------------------------------------------
@@ -403,6 +413,36 @@ class Monitor:
                                     stopping=self._segment.stop_requested is not None)
         self._act(found)
         return found
+
+    # -- rewinds ----------------------------------------------------------------------------
+    def settle_rewind(self, *, step: int, wishes: Sequence[RewindWish] | None = None,
+                      touched: bool | None = None) -> RewindEvent | None:
+        """After ``observe`` (and, on several ranks, after the exchange): carry out this
+        step's rewind or take a snapshot that is due (on_anomaly "rewind"; otherwise a no-op).
+
+        Args:
+            step: the step just observed.
+            wishes: every rank's ``rewinds.wish`` of this step (None: this rank's alone).
+            touched: whether an anomaly of the training state touched this step on any
+                rank (None: this rank's ``rewinds.touched``); no snapshot is taken of it.
+
+        Returns the rewind carried out, after its ``rewind`` record is written, or None.
+        """
+        guard = self.rewinds
+        if wishes is None:
+            wishes = [guard.wish] if guard.wish is not None else []
+        event, held = guard.settle(step, wishes, guard.touched if touched is None else touched,
+                                   stopping=self._segment.stop_requested is not None)
+        self._act(held)
+        if event is not None:
+            self._emit(records.REWIND, {
+                Rewind.STEP: event.step, Rewind.TO_STEP: event.to_step,
+                Rewind.ANOMALY: event.anomaly, Rewind.REWINDS: event.rewinds,
+                Rewind.ORIGIN_RANK: event.origin_rank})
+            self.skips.refresh()           # the spike windows went back too
+        for problem in guard.pop_problems():
+            self.notice(problem)
+        return event
 
     # -- stops that are not anomalies -------------------------------------------------------
     def _check_signal(self) -> None:

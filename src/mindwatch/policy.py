@@ -5,9 +5,14 @@ from collections.abc import Mapping
 
 from .anomaly import (
     ANOMALY_KINDS,
+    GRAD_SPIKE,
     GRADIENT_EXPLODE,
     GRADIENT_NONFINITE,
+    GRADIENT_VANISH,
     LOSS_NONFINITE,
+    LOSS_RISING,
+    LOSS_SPIKE,
+    LR_ANOMALY,
     OVERHEAT,
     PEER_STOP,
     SIGNAL_STOP,
@@ -18,7 +23,15 @@ STOP = "stop"
 CHECKPOINT_AND_STOP = "checkpoint_and_stop"
 # Withhold the step's update (in wrap's graph) and go on; see skipping.py.
 SKIP = "skip"
-POLICIES = (WARN, STOP, CHECKPOINT_AND_STOP, SKIP)
+# Restore the last healthy snapshot of the training state and go on; see rewinding.py.
+REWIND = "rewind"
+POLICIES = (WARN, STOP, CHECKPOINT_AND_STOP, SKIP, REWIND)
+
+# Faults of the training state itself, which an older state does not have. Hardware and
+# timing kinds (overheat, memory pressure, stragglers) would meet the restored state as they
+# met the current one, so "rewind" is refused for them.
+REWINDABLE_KINDS = (LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH,
+                    LOSS_SPIKE, GRAD_SPIKE, LOSS_RISING, LR_ANOMALY)
 
 # Kinds a user may give a policy for; peer_stop is the consequence of another rank's policy.
 CONFIGURABLE_KINDS = tuple(kind for kind in ANOMALY_KINDS if kind != PEER_STOP)
@@ -34,7 +47,7 @@ DEFAULT_POLICIES.update({
 # The actions of "skip" depend on what the graph did at the step: skipping.SkipGuard sets
 # them before this table is consulted; "warn" is what remains when nothing was withheld.
 _ACTIONS = {WARN: ["warn"], STOP: ["stop"], CHECKPOINT_AND_STOP: ["checkpoint", "stop"],
-            SKIP: ["warn"]}
+            SKIP: ["warn"], REWIND: ["rewind"]}
 
 PolicySpec = str | Mapping[str, str] | None
 
@@ -51,6 +64,8 @@ def resolve_policies(spec: PolicySpec) -> dict[str, str]:
         return dict(DEFAULT_POLICIES)
     if isinstance(spec, str):
         policy = _check_policy(spec, "on_anomaly")
+        if policy == REWIND:        # for every kind it applies to; the others keep defaults
+            return {**DEFAULT_POLICIES, **{kind: REWIND for kind in REWINDABLE_KINDS}}
         return {kind: policy for kind in CONFIGURABLE_KINDS}
     if not isinstance(spec, Mapping):
         raise TypeError("on_anomaly must be a policy string or a dict of anomaly kind -> policy; "
@@ -61,6 +76,10 @@ def resolve_policies(spec: PolicySpec) -> dict[str, str]:
             raise ValueError(f"on_anomaly has unknown anomaly kind {kind!r}; "
                              f"known kinds: {', '.join(CONFIGURABLE_KINDS)}")
         table[kind] = _check_policy(policy, f"on_anomaly[{kind!r}]")
+        if policy == REWIND and kind not in REWINDABLE_KINDS:
+            raise ValueError(f"on_anomaly[{kind!r}] cannot be 'rewind': an older training "
+                             f"state does not cure {kind}; 'rewind' applies to "
+                             f"{', '.join(REWINDABLE_KINDS)}")
     return table
 
 

@@ -28,8 +28,9 @@ HARDWARE = "hardware"
 ANOMALY = "anomaly"
 NOTICE = "notice"
 END = "end"
+REWIND = "rewind"
 
-KINDS = (RUN, STEP, EPOCH, HARDWARE, ANOMALY, NOTICE, END)
+KINDS = (RUN, STEP, EPOCH, HARDWARE, ANOMALY, NOTICE, END, REWIND)
 
 END_REASONS = ("completed", "stopped", "error", "signal", "aborted")     # End.REASON
 COMPLETED, STOPPED, ERROR, SIGNAL, ABORTED = END_REASONS
@@ -189,6 +190,16 @@ class End(Fields):
     STOPPED_BY = optional("stopped_by")
 
 
+class Rewind(Fields):
+    """on_anomaly "rewind": training state went back to the snapshot of ``to_step``."""
+    KIND = REWIND
+    STEP = required(Step.STEP)                               # where the anomaly was found
+    TO_STEP = required("to_step")                            # the snapshot's step
+    ANOMALY = required(Anomaly.ANOMALY)                      # the kind that asked for it
+    REWINDS = required("rewinds")                            # rewinds so far in this run
+    ORIGIN_RANK = optional("origin_rank")                    # the rank whose anomaly it was
+
+
 class StoppedBy(Fields):
     """``End.STOPPED_BY``: what stopped the run, and where it was found."""
     ANOMALY = required(Anomaly.ANOMALY)
@@ -196,7 +207,8 @@ class StoppedBy(Fields):
     RANK = required(Common.RANK)
 
 
-_RECORDS: tuple[type[Fields], ...] = (Run, Step, Epoch, Hardware, Anomaly, Notice, End)
+_RECORDS: tuple[type[Fields], ...] = (Run, Step, Epoch, Hardware, Anomaly, Notice, End,
+                                      Rewind)
 SCHEMAS: dict[str, type[Fields]] = {cls.KIND: cls for cls in _RECORDS}
 
 # The names other modules have imported since the first schema version.

@@ -119,13 +119,28 @@ class MonitorSettings:
     on_anomaly: str | Mapping[str, str] | None = setting(
         None, "What to do about an anomaly: one policy for every kind, or a dict kind -> "
         "policy over the defaults. Policies: `'warn'`, `'stop'`, `'checkpoint_and_stop'`, "
-        "`'skip'` (withhold the step's update in `wrap`'s graph and go on; see What happens "
-        "on an anomaly). None: `checkpoint_and_stop` for `loss_nonfinite`, "
+        "`'skip'` (withhold the step's update in `wrap`'s graph and go on), `'rewind'` (restore "
+        "the last healthy snapshot and go on; for the kinds of the training state only); see "
+        "What happens on an anomaly. None: `checkpoint_and_stop` for `loss_nonfinite`, "
         "`gradient_nonfinite`, `gradient_explode` and `overheat`, `warn` for the rest.")
     max_skips: int = setting(
         5, "With `on_anomaly` `'skip'`: after this many withheld updates within the last 100 "
         "steps, the next `'skip'` anomaly escalates to `checkpoint_and_stop` (its message "
         "says why). 0: the first one does.", "updates")
+    snapshot_every: int = setting(
+        100, "With `on_anomaly` `'rewind'`: a snapshot of the training state (weights, "
+        "optimizer state and step, loss scale) is copied to host memory every N steps, of a "
+        "step no anomaly touched (a touched step defers it to the next healthy one). A "
+        "snapshot is also taken when training begins. Each costs one device-to-host copy of "
+        "the whole state; see What happens on an anomaly for the figures.", "steps")
+    snapshots_kept: int = setting(
+        2, "With `'rewind'`: how many snapshots stay in host memory (the oldest is dropped). "
+        "Each holds the whole training state: with Adam about 3x the weights' size.",
+        "snapshots")
+    max_rewinds: int = setting(
+        3, "With `'rewind'`: after this many rewinds in a run, the next `'rewind'` anomaly "
+        "escalates to `checkpoint_and_stop` (its message says why). 0: the first one does.",
+        "rewinds")
     on_signal: str | None = setting(
         "checkpoint_and_stop", "SIGTERM or SIGINT during training: `'checkpoint_and_stop'` "
         "or `'stop'` finish the current step (writing a checkpoint for the first), stop every "
@@ -205,6 +220,9 @@ class MonitorSettings:
         check_number("straggler_factor", self.straggler_factor, low=1.0, low_open=True)
         self.policies = resolve_policies(self.on_anomaly)
         check_int("max_skips", self.max_skips, minimum=0, maximum=MAX_COUNT)
+        check_int("snapshot_every", self.snapshot_every, minimum=1, maximum=MAX_COUNT)
+        check_int("snapshots_kept", self.snapshots_kept, minimum=1, maximum=1000)
+        check_int("max_rewinds", self.max_rewinds, minimum=0, maximum=MAX_COUNT)
         check_choice("on_signal", self.on_signal, SIGNAL_POLICIES)
         check_choice("on_sink_error", self.on_sink_error, SINK_ERROR_POLICIES)
         check_number("max_temperature_c", self.max_temperature_c, low=0.0, low_open=True)

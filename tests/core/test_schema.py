@@ -6,6 +6,7 @@ import math
 import pytest
 
 from mindwatch import Monitor, records
+from mindwatch.framework import FrameworkHooks
 from mindwatch.observation import DeviceSample, HardwareSample
 from mindwatch.records import (
     Anomaly,
@@ -16,6 +17,7 @@ from mindwatch.records import (
     FrameworkMemory,
     Hardware,
     Notice,
+    Rewind,
     Run,
     Step,
     StoppedBy,
@@ -26,19 +28,35 @@ from mindwatch.records import (
 from mindwatch.runlog import read_rank_log
 
 FIELD_CLASSES = (Common, Run, Versions, Step, Epoch, Hardware, Device, FrameworkMemory, Anomaly,
-                 Notice, End, StoppedBy)
+                 Notice, End, StoppedBy, Rewind)
+
+
+class _Snapshots:
+    """A training state with nothing in it: enough for "rewind" to write its record."""
+
+    def take(self, step):
+        return 0
+
+    def restore(self, step):
+        pass
+
+    def drop(self, step):
+        pass
 
 
 @pytest.fixture
 def log(tmp_path, clock):
-    """Every kind, from the public API only: a NaN loss, an explosion (which stops the run),
-    a hardware sample with a device and framework memory, a notice, two epochs."""
+    """Every kind, from the public API only: a NaN loss (rewound), an explosion (which stops
+    the run), a hardware sample with a device and framework memory, a notice, two epochs."""
     monitor = Monitor(str(tmp_path), clock=clock, stream=io.StringIO(), hardware_interval_s=None,
-                      on_anomaly={"loss_nonfinite": "warn", "gradient_explode": "stop"})
+                      on_anomaly={"loss_nonfinite": "rewind", "gradient_explode": "stop"},
+                      framework=FrameworkHooks(snapshots=_Snapshots()))
+    monitor.rewinds.begin(0)
     for step, loss, grad in [(1, 2.0, 1.0), (2, math.nan, 1.0), (3, 1.5, 1e4)]:
         clock.advance(0.1)
         monitor.observe(step=step, epoch=1 if step < 3 else 2, loss=loss, lr=1e-3,
                         grad_norm=grad)
+        monitor.settle_rewind(step=step)
     monitor.observe_hardware(HardwareSample(
         time=clock.time(), cpu_percent=12.5, mem_used_gb=7.0, mem_available_gb=9.0, rss_gb=1.0,
         devices=[DeviceSample(type="npu", index=0, util_percent=50.0, mem_used_mb=1024.0,
@@ -110,7 +128,7 @@ def test_problems_of_devices_and_of_unknown_kinds():
     found = problems(hardware)
     assert "hardware record: device 0 lacks 'index'" in found and len(found) == 6
     assert problems({Common.KIND: "bogus", Common.RANK: 0, Common.TIME: 0.0}) == [
-        "unknown kind 'bogus'; known: run, step, epoch, hardware, anomaly, notice, end"]
+        "unknown kind 'bogus'; known: run, step, epoch, hardware, anomaly, notice, end, rewind"]
     assert problems({}) == [f"lacks the field {name!r} every record has"
                             for name in records.COMMON_FIELDS]
     assert problems([1]) == ["a record must be a JSON object; got list"]

@@ -3,7 +3,8 @@
     msrun ... multirank_trainer.py LOG_DIR OUT_DIR SCENARIO
 
 SCENARIO: healthy | nan_rank1 | overheat_rank0 | straggler_rank1 | long (runs until a signal
-stops it) | spike_rank1_skip (rank 1's targets x1e3 at SPIKE_STEP, on_anomaly "skip").
+stops it) | spike_rank1_skip (rank 1's targets x1e3 at SPIKE_STEP, on_anomaly "skip") |
+spike_rank1_rewind (the same spike, on_anomaly "rewind", a snapshot every 5 steps).
 Data parallel on the CPU, each rank its own data, gradients reduced by
 monitor.wrap.
 """
@@ -67,13 +68,18 @@ def main(log_dir, out_dir, scenario):
         # grad_explode out of reach: the loss limit alone withholds, on both ranks.
         settings.update(on_anomaly={"loss_spike": "skip"}, grad_explode=1e30,
                         spike_window=16, spike_warmup=8)
+    if scenario == "spike_rank1_rewind":
+        steps, epochs = 24, 1
+        settings.update(on_anomaly={"loss_spike": "rewind"}, grad_explode=1e30,
+                        spike_window=16, spike_warmup=8, snapshot_every=5)
+    spiking = scenario.startswith("spike_rank1") and rank == 1
     net = make_regressor()
     monitor = TrainMonitor(log_dir, **settings)
     step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()),
                         nn.Adam(net.trainable_params(), learning_rate=0.01))
     data = batches(rank, steps, NAN_STEP if scenario == "nan_rank1" and rank == 1 else None,
                    slow=scenario == "straggler_rank1" and rank == 1,
-                   spike_at=SPIKE_STEP if scenario == "spike_rank1_skip" and rank == 1 else None)
+                   spike_at=SPIKE_STEP if spiking else None)
     ms.train.Model(step).train(epochs, data, callbacks=[*callbacks, monitor],
                                dataset_sink_mode=False)
     np.savez(os.path.join(out_dir, f"weights_rank{rank}.npz"),

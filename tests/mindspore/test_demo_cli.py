@@ -85,8 +85,21 @@ def test_an_injected_spike_under_skip_is_withheld_and_the_run_goes_on(tmp_path):
     assert log.steps[-1]["loss"] < 2 * log.steps[38]["loss"]      # back to where it was
 
 
+def test_an_injected_spike_under_rewind_goes_back_and_the_run_goes_on(tmp_path):
+    result = _demo(tmp_path / "run", "--steps", "60", "--inject", "spike@50", "--policy",
+                   "rewind")
+    assert result.returncode == 0, result.stderr
+    assert "REWIND at step 50 (loss_spike): training state of step 40 restored" in result.stdout
+    log = read_rank_log(str(tmp_path / "run" / "rank_0.jsonl"))
+    assert [(r["step"], r["to_step"]) for r in log.of_kind("rewind")] == [(50, 40)]
+    spikes = [a for a in log.anomalies if a["anomaly"] == "loss_spike"]
+    assert [(a["step"], a["actions"]) for a in spikes] == [(50, ["rewind"])]
+    assert log.end["reason"] == "completed" and len(log.steps) == 60
+    assert log.steps[-1]["loss"] < 1.5 * log.steps[38]["loss"]    # back to where it was
+
+
 def test_bad_policy_is_one_line_exit_2(tmp_path):
-    result = _demo(tmp_path / "run", "--policy", "rewind")
+    result = _demo(tmp_path / "run", "--policy", "undo")
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "--policy must be one of" in result.stderr
     assert not (tmp_path / "run").exists()

@@ -119,6 +119,24 @@ def test_a_loss_spike_on_one_rank_is_skipped_on_every_rank(tmp_path):
         assert np.array_equal(weights[0][name], weights[1][name]), name
 
 
+def test_a_loss_spike_on_one_rank_rewinds_every_rank_to_the_same_snapshot(tmp_path):
+    run, out = msrun(tmp_path, "spike_rank1_rewind")
+    first, second = run.ranks
+    for log in run.ranks:
+        [rewind] = log.of_kind("rewind")
+        assert (rewind["step"], rewind["to_step"], rewind["anomaly"], rewind["origin_rank"]) \
+            == (15, 10, "loss_spike", 1), log.rank
+        assert log.end["reason"] == "completed" and len(log.steps) == 24
+    [spike] = [a for a in second.anomalies if a["anomaly"] == "loss_spike"]
+    assert spike["step"] == 15 and spike["actions"] == ["rewind"]
+    # The reduced gradient spikes on both ranks (grad_spike, warn); the loss on rank 1 only.
+    assert not [a for a in first.anomalies if a["anomaly"] == "loss_spike"]
+    # Both ranks went back to the same state and trained on in step: identical weights.
+    weights = [np.load(out / f"weights_rank{r}.npz") for r in (0, 1)]
+    for name in weights[0].files:
+        assert np.array_equal(weights[0][name], weights[1][name]), name
+
+
 def test_overheat_on_rank0_stops_rank1_too(tmp_path, npu_smi_fixtures):
     fake = tmp_path / "fake_npu"
     fake.mkdir()

@@ -39,6 +39,10 @@ class Detector:
     ``state_dict``/``load_state_dict`` as plain JSON-able data.
     """
 
+    # Rules of the training state go back with it when on_anomaly "rewind" restores a
+    # snapshot; rules of the hardware keep their state (the device did not go back).
+    watches_hardware = False
+
     def update(self, observation: StepObservation) -> list[Anomaly]:
         return []
 

@@ -54,6 +54,8 @@ class _Streaks:
 class _StreakDetector(Detector):
     """What both hardware rules share: per-device streaks, their wording and their state."""
 
+    watches_hardware = True
+
     def __init__(self, consecutive: int):
         checked(check_int, "consecutive", consecutive, minimum=1)
         self._streaks = _Streaks(consecutive)

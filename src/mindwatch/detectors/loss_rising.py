@@ -28,6 +28,7 @@ class LossRisingDetector(Detector):
     def __init__(self, *, window: int = 40, min_rise: float = 0.1, significance: float = 4.0):
         self.window, self.min_rise, self.significance = window, min_rise, significance
         self._losses: deque[float] = deque(maxlen=window)
+        self._steps: deque[int] = deque(maxlen=window)      # the step of each loss
         # Step-to-step changes of log(loss) over a longer stretch measure the noise: a
         # difference ignores trends and level shifts, and a long sample keeps the estimate
         # from dipping by chance (a dip would make the rule trigger-happy).
@@ -41,6 +42,7 @@ class LossRisingDetector(Detector):
         if self._losses:
             self._diffs.append(log_loss - self._losses[-1])
         self._losses.append(log_loss)
+        self._steps.append(obs.step)
         if len(self._losses) < self.window:
             return []
         half = self.window // 2
@@ -66,14 +68,22 @@ class LossRisingDetector(Detector):
                 LOSS_RISING, obs.step, rise, math.expm1(bound),
                 f"loss keeps rising: the median of the last {self.window - half} steps is "
                 f"{rise:.1%} above the {half} before (bound {math.expm1(bound):.1%}), "
-                f"up to step {obs.step}"))
+                f"up to step {obs.step}",
+                # The rise is measured from the recent half's first step: a rewind must
+                # go back to before it (a state from before the divergence set in).
+                onset=self._onset(half)))
         return found
 
+    def _onset(self, half: int) -> int | None:
+        # A state saved before mindwatch kept steps has none: the anomaly's step stands in.
+        return self._steps[half] if len(self._steps) == len(self._losses) else None
+
     def state_dict(self) -> dict[str, Any]:
-        return {"log_losses": list(self._losses), "diffs": list(self._diffs),
-                **self._episode.state_dict()}
+        return {"log_losses": list(self._losses), "steps": list(self._steps),
+                "diffs": list(self._diffs), **self._episode.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._losses = deque(state.get("log_losses", []), maxlen=self.window)
+        self._steps = deque(state.get("steps", []), maxlen=self.window)
         self._diffs = deque(state.get("diffs", []), maxlen=self._diffs.maxlen)
         self._episode.load_state_dict(state)

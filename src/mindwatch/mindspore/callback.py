@@ -23,6 +23,7 @@ from .lr import LrReader
 from .memory import mindspore_memory_reader
 from .mindinsight import open_mindinsight_sink
 from .outputs import read_outputs
+from .snapshots import TrainStateSnapshots
 from .wrap import MonitoredTrainStep
 
 _GRAD_CHECKS_OFF = ("gradient checks are off: the train cell does not return gradient norms. "
@@ -67,6 +68,7 @@ class TrainMonitor(Callback):
             versions={Versions.MINDSPORE: ms.__version__}, save_checkpoint=self._save_checkpoint,
             resume_hint=resume_snippet, notes=self._report_notes,
             memory_reader=mindspore_memory_reader(),
+            snapshots=TrainStateSnapshots(self._train_cell),
             sinks={"mindinsight": open_mindinsight_sink})
         self.train_step: MonitoredTrainStep | None = None
         self.monitor = Monitor(
@@ -146,6 +148,7 @@ class TrainMonitor(Callback):
         returns the anomalies of that step (empty when healthy).
         """
         found = self.monitor.observe(**fields)
+        self.monitor.settle_rewind(step=fields["step"])
         self._push_skip_limits()
         return found
 
@@ -196,6 +199,7 @@ class TrainMonitor(Callback):
             Run.MODE: "GRAPH_MODE" if ms.get_context("mode") == ms.GRAPH_MODE else "PYNATIVE_MODE",
             Run.DEVICE_TARGET: ms.get_context("device_target"),
             Run.DATASET_SINK_MODE: bool(getattr(cb, "dataset_sink_mode", False))})
+        self.monitor.rewinds.begin(self._last_step_num)
         self._mark = self.monitor.clock.perf_counter()
         self._data_time = None
         self._push_skip_limits()               # a loaded state_dict carries windows
@@ -252,14 +256,21 @@ class TrainMonitor(Callback):
             # on_sink_error="raise": stop cleanly after this step (the other ranks still
             # need this step's exchange), and raise once training has ended.
             self._sink_error = exc
-        self._push_skip_limits()
         if run_context.get_stop_requested():      # a callback before this one asked
             self.monitor.request_stop()
+        rewinds = self.monitor.rewinds
         if self._consensus is not None:
             # Every rank calls this once per step end, so the collective always pairs up.
-            shared = self._consensus.exchange(self.monitor.stop_code(), self._data_time or 0.0)
+            shared = self._consensus.exchange(step, self.monitor.stop_code(),
+                                              self._data_time or 0.0, rewinds.wish,
+                                              rewinds.touched)
             self.monitor.observe_peers(step=step, stop_codes=shared.stop_codes,
                                        data_times=shared.data_times, step_time_s=step_time)
+            self.monitor.settle_rewind(step=step, wishes=shared.rewind_wishes,
+                                       touched=shared.touched)
+        else:
+            self.monitor.settle_rewind(step=step)
+        self._push_skip_limits()
         self._data_time = None
         if self.monitor.stop_requested is not None:
             run_context.request_stop()
@@ -317,10 +328,14 @@ class TrainMonitor(Callback):
             return ["wrap(skip_anomalous_updates=False): anomalous updates were applied"]
         return []
 
-    def _save_checkpoint(self, step: int, reason: str) -> str | None:
+    def _train_cell(self) -> nn.Cell | None:
         cell = self.train_step
         if cell is None and self._cb_params is not None:
             cell = getattr(self._cb_params, "train_network", None)
+        return cell
+
+    def _save_checkpoint(self, step: int, reason: str) -> str | None:
+        cell = self._train_cell()
         if cell is None:
             return None
         return save_atomically(cell, self.monitor.log_dir, step, self.monitor.rank, reason)

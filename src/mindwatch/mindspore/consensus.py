@@ -1,5 +1,6 @@
-"""Every rank learns, after every step, whether any rank wants to stop and how long each rank
-took to get its batch ready: one SUM all-reduce of a small float vector.
+"""Every rank learns, after every step, whether any rank wants to stop or to rewind, whether an
+anomaly touched the step anywhere, and how long each rank took to get its batch ready: one SUM
+all-reduce of a small float vector.
 
 A stop decided on one rank must stop all ranks after the same step, or the others block in
 their next collective until a timeout kills the job. Each rank writes only its own slots of
@@ -14,6 +15,14 @@ from dataclasses import dataclass
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
+
+from ..peers import stop_code, stop_reason
+from ..rewinding import RewindWish
+
+# Slots per rank, in this order: stop code, data time, rewind (steps back from this step to
+# the onset, plus one: small integers stay exact in float32 where a step number would not),
+# the rewind's anomaly kind (as a stop code), touched (0/1).
+_SLOTS = 5
 
 
 class _SumAllReduce(nn.Cell):
@@ -30,6 +39,8 @@ class _SumAllReduce(nn.Cell):
 class Exchange:
     stop_codes: list[int]        # per rank: 0, or 1 + the index of the kind that stops it
     data_times: list[float]      # per rank: seconds from the previous step's end to this start
+    rewind_wishes: list[RewindWish]     # the ranks that want to rewind
+    touched: bool                # an anomaly of the training state touched the step somewhere
 
 
 class RankConsensus:
@@ -37,10 +48,22 @@ class RankConsensus:
         self.rank, self.world_size = rank, world_size
         self._reduce = _SumAllReduce()
 
-    def exchange(self, stop_code: int, data_time_s: float) -> Exchange:
-        vector = np.zeros(2 * self.world_size, np.float32)
-        vector[self.rank] = stop_code
-        vector[self.world_size + self.rank] = data_time_s
+    def exchange(self, step: int, stop: int, data_time_s: float, wish: RewindWish | None,
+                 touched: bool) -> Exchange:
+        n = self.world_size
+        vector = np.zeros(_SLOTS * n, np.float32)
+        vector[self.rank] = stop
+        vector[n + self.rank] = data_time_s
+        if wish is not None:
+            vector[2 * n + self.rank] = step - wish.onset + 1
+            vector[3 * n + self.rank] = stop_code(wish.kind)
+        vector[4 * n + self.rank] = float(touched)
         total = self._reduce(ms.Tensor(vector)).asnumpy()
-        return Exchange(stop_codes=[round(v) for v in total[:self.world_size]],
-                        data_times=[float(v) for v in total[self.world_size:]])
+        wishes = []
+        for rank in range(n):
+            back, kind = round(total[2 * n + rank]), stop_reason(round(total[3 * n + rank]))
+            if back > 0 and kind is not None:
+                wishes.append(RewindWish(onset=step - back + 1, kind=kind, rank=rank))
+        return Exchange(stop_codes=[round(v) for v in total[:n]],
+                        data_times=[float(v) for v in total[n:2 * n]],
+                        rewind_wishes=wishes, touched=bool(total[4 * n:].sum() > 0))

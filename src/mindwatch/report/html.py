@@ -25,6 +25,7 @@ from ..records import Anomaly, Common, End, Run, Step
 from ..run_dir import write_text_atomically
 from ..runlog import RunLog
 from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, run_settings, scan_logs
+from .recovery import recovery_section
 from .summary import skipped_note
 
 _esc = html.escape
@@ -149,6 +150,7 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
                _anomaly_rows(run, anomalies, link_base or run.directory), "anomalies")
         if anomalies else "<p>None.</p>",
         f"<p>{more} more anomalies are in the run log.</p>" if more > 0 else "",
+        recovery_section(scans, _table, _cell),
         "<h2>Settings and versions</h2>", _table(["setting", "value"], config_rows, "config"),
         "</main>",
         f'<script type="application/json" id="mw-data">{_json_block(data)}</script>',

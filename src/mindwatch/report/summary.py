@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import format as fmt
 from .. import records
-from ..records import Anomaly, Common, End, Step
+from ..records import Anomaly, Common, End, Rewind, Step
 from ..runlog import RankScan, RunLog
 from ..runlog.steps import StepIndex, last_common_step
 from .spread import STATS, min_median_max
@@ -27,6 +27,7 @@ _ENDINGS = {records.ERROR: "FAILED", records.SIGNAL: "STOPPED BY SIGNAL",
             records.ABORTED: "ABORTED", NO_END: "NO END RECORD (running or crashed)",
             records.STOPPED: "STOPPED"}
 ANOMALY_FIELDS = (Anomaly.ANOMALY, Anomaly.STEP, Anomaly.ACTIONS, Anomaly.MESSAGE)
+REWIND_FIELDS = (Rewind.STEP, Rewind.TO_STEP, Rewind.ANOMALY, Rewind.ORIGIN_RANK)
 
 
 def summarize(run: RunLog) -> dict[str, Any]:
@@ -42,6 +43,7 @@ def summarize(run: RunLog) -> dict[str, Any]:
                                 if v is not None and math.isfinite(v)), None),
             "last_loss_smooth": steps[Step.LOSS_SMOOTH][last] if last >= 0 else None,
             "skipped_steps": scan.skipped_steps,
+            "rewinds": [{name: r.get(name) for name in REWIND_FIELDS} for r in scan.rewinds],
             _END: str(end.get(End.REASON)) if end else NO_END,
             End.ELAPSED_S: end.get(End.ELAPSED_S) if end else None,
             "torn_last_line": log.torn_tail,
@@ -55,6 +57,10 @@ def summarize(run: RunLog) -> dict[str, Any]:
     return {"directory": run.directory, "healthy": healthy,
             "verdict": _verdict(anomalies, [r[_END] for r in ranks]), _ANOMALIES: anomalies,
             "skipped_lines": sum(r["skipped_lines"] for r in ranks),
+            # Recovery (on_anomaly "skip" and "rewind"): rewinds happen on every rank at once,
+            # so they are counted once per run; withheld updates once per rank.
+            "skipped_steps": sum(r["skipped_steps"] for r in ranks),
+            "rewinds": max((len(r["rewinds"]) for r in ranks), default=0),
             "ranks": ranks, "spread": spread,
             "exit_code": HEALTHY if healthy else ANOMALIES}
 
@@ -92,6 +98,7 @@ def render_text(summary: dict[str, Any]) -> str:
             f" in {fmt.duration(rank[End.ELAPSED_S])}; loss {fmt.number(rank['first_loss'])} -> "
             f"{fmt.number(rank['last_loss_smooth'])} (smoothed)"
             + (f"; {rank['skipped_steps']} updates withheld" if rank["skipped_steps"] else "")
+            + (f"; {_rewinds_text(rank['rewinds'])}" if rank["rewinds"] else "")
             + (f"; {skipped_note(rank['skipped_lines'], rank['skipped_at'])}"
                if rank["skipped_lines"] else ""))
         for anomaly in rank[_ANOMALIES]:
@@ -109,6 +116,12 @@ def render_text(summary: dict[str, Any]) -> str:
                          + "/".join(fmt.duration(spread[Step.STEP_TIME_S][s]) for s in STATS))
         lines.append("  " + "; ".join(parts))
     return "\n".join(lines)
+
+
+def _rewinds_text(rewinds: list[dict[str, Any]]) -> str:
+    """"2 rewinds (step 25 -> 20, step 40 -> 30)"."""
+    moves = ", ".join(f"step {r[Rewind.STEP]} -> {r[Rewind.TO_STEP]}" for r in rewinds)
+    return f"{len(rewinds)} rewind{'s' if len(rewinds) > 1 else ''} ({moves})"
 
 
 def skipped_note(count: int, at: list[int]) -> str:

@@ -2,10 +2,10 @@
 few records the views show whole.
 
 ``RankScan`` holds the step fields of ``fast.STEP_FIELDS`` as columns (``columns.py``), the
-hardware samples as short columns placed on the step axis, every ``anomaly`` record, the
-latest ``run`` record, the ``end`` record of the latest segment, and the count of withheld
-updates. ``summary`` and ``report`` read nothing else, so a long run costs them its columns
-(~60 bytes a step), not a dict per record (~1.5 KB a step).
+hardware samples as short columns placed on the step axis, every ``anomaly`` and ``rewind``
+record, the latest ``run`` record, the ``end`` record of the latest segment, and the count of
+withheld updates. ``summary`` and ``report`` read nothing else, so a long run costs them its
+columns (~60 bytes a step), not a dict per record (~1.5 KB a step).
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ class RankScan:
     hardware: dict[str, list[Any]]             # X and HOST_FIELDS -> one per sample
     devices: dict[str, dict[str, list[Any]]]   # "npu0" -> X and DEVICE_FIELDS
     anomalies: list[Record] = field(default_factory=list)
+    rewinds: list[Record] = field(default_factory=list)
     run: Record | None = None                  # the latest `run` record
     end: Record | None = None                  # the `end` of the latest segment, if any
     skipped_steps: int = 0                     # step records with a truthy `skipped`
@@ -66,6 +67,8 @@ class Scanner:
             kind = record.get(Common.KIND)
             if kind == records.ANOMALY:
                 scan.anomalies.append(record)
+            elif kind == records.REWIND:
+                scan.rewinds.append(record)
             elif kind == records.RUN:
                 scan.run, scan.end = record, None      # a new segment: no end yet
             elif kind == records.END:

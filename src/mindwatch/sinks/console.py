@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 from .. import format as fmt
 from .. import records
-from ..records import Anomaly, Common, End, Epoch, Notice, Run, Step, Versions
+from ..records import Anomaly, Common, End, Epoch, Notice, Rewind, Run, Step, Versions
 from .base import Sink
 
 _BAR_WIDTH = 24
@@ -64,6 +64,10 @@ class ConsoleSink(Sink):
                        f"{record.get(Anomaly.MESSAGE)} [{actions}{where}]")
         elif kind == records.NOTICE:
             self._line(f"note: {record.get(Notice.MESSAGE)}")
+        elif kind == records.REWIND:
+            self._line(f"REWIND at step {record.get(Rewind.STEP)} ({record.get(Rewind.ANOMALY)}"
+                       f"): training state of step {record.get(Rewind.TO_STEP)} restored, "
+                       f"rewind {record.get(Rewind.REWINDS)}")
         elif not self.verbose:
             if kind == records.END and record.get(End.REASON) == records.ERROR:
                 self._line(f"training failed: {record.get(End.ERROR)}")

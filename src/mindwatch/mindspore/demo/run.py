@@ -23,6 +23,9 @@ class DemoResult:
     steps: int = 0
 
 
+DEMO_SNAPSHOT_EVERY = 20
+
+
 def default_run_dir() -> str:
     return os.path.join("runs", time.strftime("demo-%Y%m%d-%H%M%S"))
 
@@ -30,9 +33,12 @@ def default_run_dir() -> str:
 def run_demo(*, out: str | None = None, steps: int = 300, inject: Injection | None = None,
              seed: int = 0, stream: TextIO | None = None, print_interval: int = 25,
              policy: str | None = None, **settings) -> DemoResult:
-    """``policy``: ``on_anomaly`` for every kind (None: the defaults)."""
+    """``policy``: ``on_anomaly`` for every kind (None: the defaults). Under "rewind" the
+    demo snapshots every DEMO_SNAPSHOT_EVERY steps: its runs are short."""
     if policy is not None:
         settings["on_anomaly"] = policy
+    if policy == "rewind":
+        settings.setdefault("snapshot_every", DEMO_SNAPSHOT_EVERY)
     run_dir = out or default_run_dir()
     ms.set_device("CPU")                 # set_context(device_target=...) is deprecated
     ms.set_context(mode=ms.GRAPH_MODE)
