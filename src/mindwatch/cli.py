@@ -26,6 +26,9 @@ MAX_SEED = 2**32 - 1
 MAX_POINTS = 1_000_000
 MAX_REFRESH_S = 3600
 MAX_WAIT_S = 86400
+# The page of several runs, by default in the current directory: not report.html, which
+# would overwrite the report of the run whose directory that may be.
+COMPARE_OUTPUT = "compare.html"
 
 
 class CliError(Exception):
@@ -69,10 +72,12 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     report = commands.add_parser("report", help="one self-contained HTML file with every curve "
-                                 "and anomaly of a run")
-    report.add_argument("run_dir", metavar="RUN_DIR")
+                                 "and anomaly of a run, or of several runs to compare")
+    report.add_argument("run_dirs", metavar="RUN_DIR", nargs="+",
+                        help="a run directory; several are drawn over each other")
     report.add_argument("-o", "--output", metavar="FILE",
-                        help="where to write the HTML (default: RUN_DIR/report.html)")
+                        help="where to write the HTML (default: RUN_DIR/report.html; with "
+                        f"several RUN_DIRs {COMPARE_OUTPUT} in the current directory)")
     report.add_argument("--png", metavar="DIR", help="also write the main panels as PNG images")
     report.add_argument("--max-points", type=int, default=2000, metavar="N",
                         help=f"points kept per curve, 10 to {MAX_POINTS}; spikes and anomalies "
@@ -154,20 +159,38 @@ def _summary(args: argparse.Namespace) -> int:
     return result["exit_code"]
 
 
+def _run_dirs(paths: list[str]) -> None:
+    """Each is a directory, and none is given twice (under another name, too: ``runs/a`` and
+    ``./runs/a/`` would be one run drawn over itself)."""
+    seen: dict[tuple[int, int], str] = {}
+    for path in paths:
+        _existing_dir("RUN_DIR", path)
+        found = os.stat(path)
+        first = seen.setdefault((found.st_dev, found.st_ino), path)
+        if first is not path:
+            raise CliError(f"RUN_DIR {path}: given twice (it is the directory {first})")
+
+
 def _report(args: argparse.Namespace) -> int:
-    """``mindwatch report RUN_DIR [-o FILE] [--png DIR] [--max-points N]``: one HTML file.
+    """``mindwatch report RUN_DIR [RUN_DIR ...] [-o FILE] [--png DIR] [--max-points N]``.
 
     Writes a self-contained HTML page (every curve of every rank, anomalies marked and listed;
-    opens offline) to ``args.output`` (default ``RUN_DIR/report.html``) and prints its path;
-    with ``--png DIR`` also the main panels as PNG images (needs Pillow), one path per line.
-    Returns 0. Raises ``CliError`` (exit 2) for a bad option, an unreadable run directory, an
-    unwritable output, or ``--png`` without Pillow.
+    opens offline) to ``args.output`` and prints its path; with several run directories their
+    curves are drawn over each other, each named after its run, under a table of the runs.
+    Default output: ``RUN_DIR/report.html`` for one run, ``compare.html`` in the current
+    directory for several. ``--png DIR`` also writes the main panels as PNG images (needs
+    Pillow), one path per line. Returns 0. Raises ``CliError`` (exit 2) for a bad option, a
+    run directory that is not one, or is given twice, an unreadable log, an unwritable
+    output, or ``--png`` without Pillow.
 
-    Example: ``mindwatch report runs/exp1 -o exp1.html --png runs/exp1/png``
+    Example: ``mindwatch report runs/lr1e-3 runs/lr3e-4 -o lr.html``
     """
     _in_range("--max-points", args.max_points, 10, MAX_POINTS)
-    _existing_dir("RUN_DIR", args.run_dir)
-    output = os.path.join(args.run_dir, "report.html") if args.output is None else args.output
+    dirs = args.run_dirs
+    _run_dirs(dirs)
+    output = args.output
+    if output is None:
+        output = os.path.join(dirs[0], "report.html") if len(dirs) == 1 else COMPARE_OUTPUT
     if _stat("-o/--output", output) is None:
         if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
             raise CliError(f"-o/--output {output}: cannot write there, its directory does not "
@@ -181,21 +204,34 @@ def _report(args: argparse.Namespace) -> int:
         except ImportError as exc:
             raise CliError(f"--png needs Pillow ({exc}); pip install 'mindwatch[report]' "
                            "(or: pip install pillow)") from exc
+    from .run_dir import rank_logs
+    # Before any run is read (seconds for a long one): a later RUN_DIR without logs fails now.
+    for path in dirs:
+        if not rank_logs(path):
+            raise CliError(f"RUN_DIR {path}: no rank_<R>.jsonl run logs found; is this a "
+                           "mindwatch log_dir?")
+    from .report.compare import write_compare, write_compare_pngs
     from .report.html import write_html
     from .report.png import write_pngs
+    from .report.runs import run_labels
     from .runlog import RunLogError, read_run
     try:
-        run = read_run(args.run_dir)
+        runs = [read_run(path) for path in dirs]
     except RunLogError as exc:
         raise CliError(str(exc)) from exc
+    labels = run_labels(dirs)
     try:
-        write_html(run, output, max_points=args.max_points)
+        if len(runs) == 1:
+            write_html(runs[0], output, max_points=args.max_points)
+        else:
+            write_compare(runs, labels, output, max_points=args.max_points)
     except OSError as exc:
         raise CliError(f"-o/--output: cannot write {output}: {exc.strerror or exc}") from exc
     print(output)
     if args.png is not None:
         try:
-            paths = write_pngs(run, args.png)
+            paths = write_pngs(runs[0], args.png) if len(runs) == 1 else \
+                write_compare_pngs(runs, labels, args.png)
         except OSError as exc:
             raise CliError(f"--png: cannot write PNGs to {args.png}: {exc.strerror or exc}"
                            ) from exc

@@ -7,6 +7,7 @@ missing browser can never pass unnoticed there.
 """
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -17,7 +18,9 @@ from PIL import Image
 
 from mindwatch import Monitor
 from mindwatch.observation import DeviceSample, HardwareSample
+from mindwatch.report.compare import render_compare
 from mindwatch.report.html import render_html
+from mindwatch.report.runs import run_labels
 from mindwatch.runlog import read_run
 
 XSS = "<script>alert(1)</script>"
@@ -135,3 +138,54 @@ def test_screenshot_shows_the_charts(browser, report, tmp_path):
             assert expected in present, expected
         # and not one flat colour: the most common colour (background) is under 90%
         assert max(count for count, _ in colours) < 0.9 * 1400 * 3000
+
+
+def _tags(html, name):
+    """The attributes of every ``<name ...>`` tag, as dicts."""
+    return [dict(re.findall(r'([\w-]+)="([^"]*)"', attrs))
+            for attrs in re.findall(rf"<{name}\b([^>]*)>", html)]
+
+
+def _panel(dom, panel_id):
+    start = dom.index(f'id="panel-{panel_id}"')
+    return dom[start:dom.index("</section>", start)]
+
+
+def test_runs_compared_in_one_page(browser, two_runs, tmp_path):
+    """Two real runs drawn over each other: the legends name both, the table of runs holds
+    what they logged, the explosion of lr-low's rank 1 is a dot on that curve, no JS error."""
+    dirs, runs = two_runs
+    path = tmp_path / "compare.html"
+    path.write_text(render_compare(runs, run_labels(dirs)), encoding="utf-8")
+    result = _chromium(browser, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
+                       "--window-size=1400,1000", "--dump-dom", path.as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    assert [line for line in result.stderr.splitlines() if ":CONSOLE" in line] == []
+    errors = re.search(r'<div id="errors" class="errors">(.*?)</div>', dom, re.S)
+    assert errors and errors.group(1) == "", errors.group(1) if errors else dom[:2000]
+    rendered = re.search(r'<main id="report" data-rendered="(\d+)"', dom)
+    assert rendered and int(rendered.group(1)) == 7        # 5 panels + 2 spreads of lr-low
+    legend = re.search(r'<div class="legend">(.*?)</div>', _panel(dom, "lr"), re.S).group(1)
+    assert re.findall(r"</i>([^<]+)</span>", legend) == ["lr-high", "lr-low rank 0",
+                                                         "lr-low rank 1"]
+    # the table of runs: steps and final loss (last finite loss of rank 0) as logged
+    for label, run in zip(["lr-high", "lr-low"], runs, strict=True):
+        row = re.search(rf'<tr data-run="{label}">(.*?)</tr>', dom, re.S).group(1)
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        losses = [s["loss"] for s in run.ranks[0].steps if math.isfinite(s["loss"])]
+        assert cells[2] == str(run.ranks[0].steps[-1]["step"])
+        assert float(re.search(r'data-value="([^"]+)"', row).group(1)) == losses[-1]
+    # the explosion: a dot on lr-low rank 1's gradient-norm curve, at one of its vertices
+    grad = _panel(dom, "grad_norm")
+    dots = [d for d in _tags(grad, "circle") if d.get("class") == "anomaly-dot"]
+    # (and lr-high's NaN loss at step 60 is a dot on lr-high's curve: its norm is finite)
+    assert sorted((d["data-run"], d["data-line"], d["data-step"]) for d in dots) == [
+        ("lr-high", "lr-high", "60"), ("lr-low", "lr-low rank 1", "40")]
+    for dot in dots:
+        curve = [p for p in _tags(grad, "polyline") if p.get("data-label") == dot["data-line"]]
+        vertices = {point for p in curve for point in p["points"].split()}
+        assert f'{dot["cx"]},{dot["cy"]}' in vertices, dot
+    markers = _tags(grad, "g")
+    assert {m.get("data-run") for m in markers if m.get("class") == "anomaly-marker"} == {
+        "lr-high", "lr-low"}                  # lr-high's NaN loss at step 60 is marked too

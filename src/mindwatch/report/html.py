@@ -64,8 +64,13 @@ def _table(headers: Iterable[str], rows: Iterable[str], css: str = "") -> str:
            "</table>"
 
 
-def _anomaly_rows(run: RunLog, anomalies, link_base: str) -> list[str]:
+def _anomaly_rows(run: RunLog, anomalies, link_base: str, label: str | None = None
+                  ) -> list[str]:
+    """The anomaly table's rows; ``label``: the run's, a first cell (a page of several runs)."""
     rows = []
+    first = "" if label is None else f"<td>{_esc(label)}</td>"
+    run_attr = "" if label is None else f' data-run="{_esc(label)}"'
+
     for a in anomalies[:MAX_ANOMALY_ROWS]:
         link = fmt.MISSING
         if a.get(Anomaly.REPORT):
@@ -76,15 +81,16 @@ def _anomaly_rows(run: RunLog, anomalies, link_base: str) -> list[str]:
         step, rank, kind = a.get(Anomaly.STEP), a.get(Common.RANK), a.get(Anomaly.ANOMALY)
         cells = [step, rank, kind, a.get(Anomaly.VALUE), a.get(Anomaly.THRESHOLD),
                  ", ".join(a.get(Anomaly.ACTIONS) or [])]
-        rows.append(f'<tr data-step="{_esc(str(step))}" data-rank="{_esc(str(rank))}" '
-                    f'data-kind="{_esc(str(kind))}">'
+        rows.append(f'<tr{run_attr} data-step="{_esc(str(step))}" '
+                    f'data-rank="{_esc(str(rank))}" data-kind="{_esc(str(kind))}">' + first
                     + "".join(f"<td>{_cell(c)}</td>" for c in cells)
                     + f'<td class="msg">{_cell(a.get(Anomaly.MESSAGE))}</td><td>{link}</td></tr>')
     return rows
 
 
-def _rank_rows(scans: list[Scanned]) -> list[str]:
+def _rank_rows(scans: list[Scanned], label: str | None = None) -> list[str]:
     rows = []
+    first = "" if label is None else f"<td>{_esc(label)}</td>"
     for scanned in scans:
         log, scan = scanned.log, scanned.scan
         info, steps, end = scan.run or {}, scan.steps[Step.STEP], scan.end
@@ -92,19 +98,29 @@ def _rank_rows(scans: list[Scanned]) -> list[str]:
         cells = [log.rank, info.get(Run.HOST), info.get(Run.PID), steps[-1] if steps else 0,
                  status, fmt.duration(end.get(End.ELAPSED_S)) if end else None,
                  len(scan.anomalies), "yes" if log.torn_tail else "no", log.skipped]
-        rows.append("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in cells) + "</tr>")
+        rows.append("<tr>" + first + "".join(f"<td>{_cell(c)}</td>" for c in cells) + "</tr>")
     return rows
 
 
-def _skipped_note(run: RunLog) -> str:
-    """A visible warning that the page leaves out lines of the logs it could not read."""
-    notes = [f"rank {log.rank}: {skipped_note(log.skipped, log.skipped_at)}"
-             for log in run.ranks if log.skipped]
+def _skipped_note(runs: list[tuple[str, RunLog]]) -> str:
+    """A visible warning that the page leaves out lines of the logs it could not read; each
+    run's ranks named after the run (label "": a page of one run)."""
+    notes = [f"{label} rank {log.rank}".lstrip() + f": {skipped_note(log.skipped, log.skipped_at)}"
+             for label, run in runs for log in run.ranks if log.skipped]
     if not notes:
         return ""
     return ('<p class="skipped" id="skipped">Some log lines could not be read (torn by a '
             "crash or a full disk, or not run-log records) and are left out; the page shows "
             f"every other record. {_esc('; '.join(notes))}.</p>")
+
+
+def settings_pairs(settings: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The settings table's rows, ``(name, value)``, from a ``run`` record."""
+    info_keys = (Run.WORLD_SIZE, Run.TOTAL_STEPS, Run.MODE, Run.DEVICE_TARGET,
+                 Run.DATASET_SINK_MODE, Run.WRAPPED, Run.ARGV, Run.SCHEMA)
+    info = [(k, settings.get(k)) for k in info_keys if k in settings]
+    info += [(f"version.{k}", v) for k, v in (settings.get(Run.VERSIONS) or {}).items()]
+    return info + list(_flatten("", settings.get(Run.CONFIG) or {}))
 
 
 def _plot_js() -> str:
@@ -117,18 +133,13 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
     with gc_paused():
         scans = scan_logs(run)
         panels = build_panels(run, max_points, scans)
-    settings = run_settings(scans)
+    pairs = settings_pairs(run_settings(scans))
     anomalies = [a for scanned in scans for a in scanned.scan.anomalies]
     data = {"panels": panels,
             "anomalies": [{Anomaly.STEP: a.get(Anomaly.STEP), Common.RANK: a.get(Common.RANK),
                            "kind": a.get(Anomaly.ANOMALY),
                            Anomaly.MESSAGE: a.get(Anomaly.MESSAGE)}
                           for a in anomalies[:MAX_ANOMALY_ROWS]]}
-    info_keys = (Run.WORLD_SIZE, Run.TOTAL_STEPS, Run.MODE, Run.DEVICE_TARGET,
-                 Run.DATASET_SINK_MODE, Run.WRAPPED, Run.ARGV, Run.SCHEMA)
-    info = [(k, settings.get(k)) for k in info_keys if k in settings]
-    info += [(f"version.{k}", v) for k, v in (settings.get(Run.VERSIONS) or {}).items()]
-    pairs = info + list(_flatten("", settings.get(Run.CONFIG) or {}))
     config_rows = [f"<tr><td>{_esc(str(k))}</td><td>{_cell(v)}</td></tr>" for k, v in pairs]
     more = len(anomalies) - MAX_ANOMALY_ROWS
     title = f"mindwatch report: {run.directory}"
@@ -139,7 +150,7 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
         '<main id="report" data-rendered="0">', f"<h1>{_esc(title)}</h1>",
         f'<p class="meta">{len(run.ranks)} rank(s), {_esc(verdict)}; generated '
         f'{_esc(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>',
-        _skipped_note(run), '<div id="errors" class="errors"></div>',
+        _skipped_note([("", run)]), '<div id="errors" class="errors"></div>',
         "<noscript>The charts need JavaScript; the tables below do not.</noscript>",
         '<div id="panels"></div>', "<h2>Ranks</h2>",
         _table(["rank", "host", "pid", "last step", "end", "elapsed", "anomalies", "torn tail",

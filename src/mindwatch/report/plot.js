@@ -4,6 +4,9 @@
 // markers (bool), axis: null (no data) or {log, x: [x0, x1], y: [y0, y1] (log10 units on a
 // log axis), x_ticks: [[x, label]], y_ticks: [[y, label]]}, lines: [{label, rank, x: [],
 // y: [], text: [], faint, dash, spread}]}], anomalies: [{step, rank, kind, message}]}.
+// A page of several runs (compare.py) adds runs: [{label, colour}], and to each line and
+// anomaly `run` (an index into runs); its lines carry their `colour`. Its anomalies are
+// marked in their run's colour, with a dot on each curve of their run and rank.
 // Non-finite values arrive as the strings "NaN", "Infinity", "-Infinity" (the JSON stays
 // strict). Every number shown as text (ticks, tooltips) comes formatted from Python.
 (function () {
@@ -39,6 +42,7 @@
   }
 
   function colour(line) {
+    if (line.colour) return line.colour;
     return line.spread ? SPREAD[line.spread] : PALETTE[line.rank % PALETTE.length];
   }
 
@@ -54,7 +58,10 @@
     box.style.position = "relative";
     html("h3", "", panel.title, box);
     var axis = panel.axis;
-    if (!axis) { html("p", "nodata", "no data in this run", box); return; }
+    if (!axis) {
+      html("p", "nodata", DATA.runs ? "no data in these runs" : "no data in this run", box);
+      return;
+    }
     var lines = panel.lines.map(function (line) {
       return {src: line, x: line.x, y: line.y.map(num)};
     });
@@ -91,10 +98,13 @@
     if (panel.markers) {
       (DATA.anomalies || []).forEach(function (a) {
         if (typeof a.step !== "number" || a.step < x0 || a.step > x1) return;
+        var run = a.run === undefined ? null : DATA.runs[a.run];
         var g = el("g", {"class": "anomaly-marker"}, svg);
-        el("title", {}, g).textContent = a.kind + " at step " + a.step + " (rank " + a.rank +
-          ")" + (a.message ? ": " + a.message : "");
-        el("line", {x1: px(a.step), x2: px(a.step), y1: T, y2: H - B, stroke: "#d9534f",
+        if (run) g.setAttribute("data-run", run.label);
+        el("title", {}, g).textContent = (run ? run.label + ": " : "") + a.kind + " at step " +
+          a.step + " (rank " + a.rank + ")" + (a.message ? ": " + a.message : "");
+        el("line", {x1: px(a.step), x2: px(a.step), y1: T, y2: H - B,
+                    stroke: run ? run.colour : "#d9534f",
                     "stroke-dasharray": "3 3", "stroke-opacity": 0.7}, g);
         // a wide transparent twin, so the tooltip is easy to hit with the mouse
         el("line", {x1: px(a.step), x2: px(a.step), y1: T, y2: H - B, stroke: "transparent",
@@ -128,13 +138,48 @@
       if (cur.length) segs.push(cur);
       segs.forEach(function (s) {
         if (s.length === 1) s.push(s[0]);
-        el("polyline", {points: s.join(" "), fill: "none", stroke: colour(l.src),
-                        "stroke-width": l.src.faint ? 1 : 1.6, "stroke-opacity":
-                        l.src.faint ? 0.4 : 1, "stroke-dasharray": DASHES[l.src.dash || 0],
-                        "stroke-linejoin": "round"}, svg);
+        var poly = el("polyline", {points: s.join(" "), fill: "none", stroke: colour(l.src),
+                                   "stroke-width": l.src.faint ? 1 : 1.6, "stroke-opacity":
+                                   l.src.faint ? 0.4 : 1, "stroke-dasharray":
+                                   DASHES[l.src.dash || 0], "stroke-linejoin": "round"}, svg);
+        if (l.src.run !== undefined) poly.setAttribute("data-label", l.src.label);
       });
     });
+    if (panel.markers) dots(svg, lines, px, py, log, x0, x1);
     hover(svg, box, lines, px, x0, x1);
+  }
+
+  // Several runs: a dot where an anomaly's step falls on a curve of its run and rank, so the
+  // curve it belongs to is plain even where the runs' curves cross; one dot for the anomalies
+  // of one step. Downsampling keeps every anomaly step, so the point is there unless its value
+  // is not finite (then a triangle is).
+  function dots(svg, lines, px, py, log, x0, x1) {
+    var at = {}, keys = [];
+    (DATA.anomalies || []).forEach(function (a) {
+      if (a.run === undefined || typeof a.step !== "number" || a.step < x0 || a.step > x1) {
+        return;
+      }
+      var key = a.run + " " + a.rank + " " + a.step;
+      if (!at[key]) { at[key] = []; keys.push(key); }
+      at[key].push(a);
+    });
+    keys.forEach(function (key) {
+      var found = at[key], a = found[0], run = DATA.runs[a.run];
+      var what = found.map(function (f) {
+        return f.kind + (f.message ? ": " + f.message : "");
+      }).join("\n");
+      lines.forEach(function (l) {
+        if (l.src.run !== a.run || l.src.rank !== a.rank || !l.x.length) return;
+        var i = bisect(l.x, a.step), v = l.y[i];
+        if (l.x[i] !== a.step || !isFinite(v) || (log && v <= 0)) return;
+        var dot = el("circle", {cx: px(a.step).toFixed(1), cy: py(v).toFixed(1), r: 4.5,
+                                fill: "#d9534f", stroke: run.colour, "stroke-width": 2,
+                                "class": "anomaly-dot", "data-run": run.label,
+                                "data-line": l.src.label, "data-step": a.step}, svg);
+        el("title", {}, dot).textContent = l.src.label + " at step " + a.step + ", " +
+          l.src.text[i] + "\n" + what;
+      });
+    });
   }
 
   // Crosshair and a tooltip with every line's value at the nearest plotted step.

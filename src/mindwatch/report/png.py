@@ -9,7 +9,7 @@ from typing import Any
 
 from ..records import Anomaly
 from ..runlog import RunLog
-from .panels import MAX_ANOMALY_ROWS, build_panels, gc_paused, scan_logs
+from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, scan_logs
 
 PNG_PANELS = ("loss", "lr", "grad_norm", "step_time")
 
@@ -84,18 +84,30 @@ _SPREAD = {"min": 2, "median": 0, "max": 1}
 
 
 def _colour(line: Mapping[str, Any]) -> str:
+    if line.get("colour"):          # set per run on a page of several runs (overlay.py)
+        return line["colour"]
     index = line["rank"] if line["rank"] >= 0 else _SPREAD[line["spread"]]
     return _PALETTE[index % len(_PALETTE)]
 
 
+def marked_steps(scans: list[Scanned]) -> list[int]:
+    """The steps of the anomalies the charts mark."""
+    return sorted({step for scanned in scans for a in scanned.scan.anomalies[:MAX_ANOMALY_ROWS]
+                   if isinstance(step := a.get(Anomaly.STEP), int)})
+
+
 def write_pngs(run: RunLog, out_dir: str, *, width: int = 1000, height: int = 360) -> list[str]:
     """The main panels (loss, LR, gradient norm, step time) as PNG files; returns the paths."""
-    os.makedirs(out_dir, exist_ok=True)
     with gc_paused():
         scans = scan_logs(run)
         panels = {p["id"]: p for p in build_panels(run, width, scans)}
-    marks = sorted({step for scanned in scans for a in scanned.scan.anomalies[:MAX_ANOMALY_ROWS]
-                    if isinstance(step := a.get(Anomaly.STEP), int)})
+    return draw_pngs(panels, marked_steps(scans), out_dir, width=width, height=height)
+
+
+def draw_pngs(panels: Mapping[str, Mapping[str, Any]], marks: list[int], out_dir: str, *,
+              width: int, height: int) -> list[str]:
+    """``PNG_PANELS`` of ``panels`` (by id) as ``out_dir/<id>.png``; returns the paths."""
+    os.makedirs(out_dir, exist_ok=True)
     paths = []
     for panel_id in PNG_PANELS:
         path = os.path.join(out_dir, f"{panel_id}.png")
