@@ -61,6 +61,13 @@ def rate(per_s: float | None, unit: str = "samples") -> str:
     return f"{per_s:.1f} {unit}/s"
 
 
+def fraction_percent(value: float | None) -> str:
+    """A fraction as a percentage with one decimal: 0.4123 -> "41.2%" (MFU)."""
+    if value is None or not math.isfinite(value):
+        return MISSING
+    return f"{value * 100:.1f}%"
+
+
 def gigabytes(value: float | None) -> str:
     return MISSING if value is None else f"{value:.1f} GB"
 

@@ -33,6 +33,7 @@ from .sinks.base import Sink
 from .sinks.console import ConsoleSink
 from .sinks.factory import check_framework_views, open_sinks
 from .skipping import SkipGuard
+from .throughput import Throughput
 from .version import __version__
 from .writer import RecordWriter
 
@@ -115,6 +116,8 @@ class Monitor:
         self.responder = Responder(log_dir=self.log_dir, rank=self.rank, policy=self.policy,
                                    framework=self.framework)
         self.loss_stats = LossStats(self.settings.loss_smoothing)
+        self.throughput = Throughput(self.settings.tokens_per_sample,
+                                     self.settings.flops_per_token, self.settings.peak_tflops)
         # Timing starts at construction, so a custom loop's first step has a duration; an
         # explicit start() (the MindSpore adapter's, at train begin) restarts it.
         self._segment = RunSegment.begin(self.clock.perf_counter())
@@ -278,6 +281,8 @@ class Monitor:
         observation.step_time_s, observation.time = step_time_s, self.clock.time()
         if batch_size and step_time_s:
             observation.samples_per_s = batch_size / step_time_s
+        observation.tokens_per_s, observation.mfu = self.throughput.rates(
+            observation.samples_per_s)
         found = self._process(observation)
         self._check_signal()
         self._check_sink_error()

@@ -13,7 +13,8 @@ from .records import Common, Device, Hardware, Step
 
 # Fields a step record computes itself; ``extra`` may add others (loss_scale, data_time_s).
 _OWN_STEP_FIELDS = frozenset((*Common.REQUIRED, *Step.REQUIRED, Step.STEPS_COVERED,
-                              Step.SAMPLES_PER_S, Step.LR_GROUPS, Step.LAYER_GRAD_NORMS))
+                              Step.SAMPLES_PER_S, Step.TOKENS_PER_S, Step.MFU,
+                              Step.LR_GROUPS, Step.LAYER_GRAD_NORMS))
 
 
 @dataclass
@@ -26,7 +27,9 @@ class StepObservation:
     grad_norm: float | None = None      # global L2 norm before clipping
     grads_finite: bool | None = None    # every gradient element finite; None: not measured
     step_time_s: float | None = None    # wall seconds per training step
-    samples_per_s: float | None = None
+    samples_per_s: float | None = None  # this rank's, per second of training
+    tokens_per_s: float | None = None   # with tokens_per_sample (throughput.py)
+    mfu: float | None = None            # fraction of the device's peak FLOP/s
     skipped: bool = False                  # the optimizer update was withheld
     steps: int = 1                         # training steps this observation covers (sink mode)
     time: float = 0.0                      # Unix seconds
@@ -63,6 +66,10 @@ class StepObservation:
             Step.LOSS_SMOOTH: loss_smooth, Step.LR: self.lr, Step.GRAD_NORM: self.grad_norm,
             Step.STEP_TIME_S: self.step_time_s, Step.SKIPPED: self.skipped,
             Step.STEPS_COVERED: self.steps, Step.SAMPLES_PER_S: self.samples_per_s}
+        if self.tokens_per_s is not None:
+            record[Step.TOKENS_PER_S] = self.tokens_per_s
+        if self.mfu is not None:
+            record[Step.MFU] = self.mfu
         if self.lr_groups is not None:
             record[Step.LR_GROUPS] = self.lr_groups
         if self.layer_grad_norms is not None and with_layers:

@@ -120,6 +120,11 @@ class Step(Fields):
     LAYER_GRAD_NORMS = optional("layer_grad_norms", nonfinite=True)
     DATA_TIME_S = optional("data_time_s", nonfinite=True)   # seconds before the step began
     LOSS_SCALE = optional("loss_scale", nonfinite=True)
+    # with tokens_per_sample: samples_per_s x tokens_per_sample, this rank's
+    TOKENS_PER_S = optional("tokens_per_s", nonfinite=True)
+    # model FLOPs utilisation of this rank's device, a fraction (0.4 = 40%), with
+    # flops_per_token and peak_tflops too
+    MFU = optional("mfu", nonfinite=True)
 
 
 class Epoch(Fields):
@@ -205,6 +210,24 @@ class StoppedBy(Fields):
     ANOMALY = required(Anomaly.ANOMALY)
     STEP = required(Step.STEP)
     RANK = required(Common.RANK)
+
+
+class Alert(Fields):
+    """The JSON object an alert webhook receives (``alert_format="json"``); not a log
+    record. ``event`` is ``anomaly`` or ``end``; for an end, ``anomaly``, ``report`` and
+    ``checkpoint`` are those of what stopped the run, when known."""
+    EVENT = required("event")
+    RUN_DIR = required("run_dir")                            # absolute path
+    HOST = required(Run.HOST)
+    RANK = required(Common.RANK)
+    TIME = required(Common.TIME)
+    STEP = required(Step.STEP)
+    ANOMALY = required(Anomaly.ANOMALY)
+    MESSAGE = required(Anomaly.MESSAGE)
+    ACTIONS = required(Anomaly.ACTIONS)
+    REPORT = required(Anomaly.REPORT)
+    CHECKPOINT = required(Anomaly.CHECKPOINT)
+    REASON = optional(End.REASON)                            # events "end" only
 
 
 _RECORDS: tuple[type[Fields], ...] = (Run, Step, Epoch, Hardware, Anomaly, Notice, End,

@@ -15,6 +15,8 @@ from typing import Any
 # The checks live in .checks; they are re-exported here, where other modules import them.
 from .checks import check_bool, check_choice, check_int, check_number, check_token
 from .policy import resolve_policies
+from .sinks.alert_body import ALERT_FORMATS
+from .sinks.webhook import check_webhook, redacted_url
 
 SIGNAL_POLICIES = ("checkpoint_and_stop", "stop", None)
 SINK_ERROR_POLICIES = ("warn", "raise")
@@ -59,6 +61,18 @@ class MonitorSettings:
         "the leading dimension of the step's first input, else the dataset's batch size; "
         "`observe(batch_size=...)` may give it; unknown leaves `samples_per_s` null.",
         "samples")
+    tokens_per_sample: int | None = setting(
+        None, "Tokens in one sample (the sequence length, for a language model): step records "
+        "then carry `tokens_per_s` = `samples_per_s` x this, per device. None: no "
+        "`tokens_per_s`, no `mfu`.", "tokens")
+    flops_per_token: float | None = setting(
+        None, "Training FLOPs per token, forward and backward (a Transformer: 6 N + 12 L H Q T; "
+        "see Tokens per second and MFU). With `peak_tflops`, step records carry `mfu`. Needs "
+        "`tokens_per_sample`.", "FLOP")
+    peak_tflops: float | None = setting(
+        None, "The peak dense throughput of one device in the dtype trained in (the vendor's "
+        "datasheet, e.g. BF16). `mfu` = `tokens_per_s` x `flops_per_token` / (this x 1e12). "
+        "Needs `tokens_per_sample`.", "TFLOP/s")
     # absolute gradient bounds (global L2 norm, pre-clip)
     grad_explode: float = setting(
         100.0, "`gradient_explode` when the pre-clip global gradient norm is above this, on "
@@ -187,6 +201,15 @@ class MonitorSettings:
         "127.0.0.1", "The address the Prometheus server binds (a host name or IP address). "
         "The default serves this machine only; the metrics have no authentication, so bind "
         "a wider one (`'0.0.0.0'`: every interface) only on purpose.")
+    # alerts
+    alert_webhook: str | None = setting(
+        None, "POST an alert (JSON, from a background thread, timeout 5 s) to this `http(s)://` "
+        "URL for every anomaly whose actions go beyond `'warn'`, every `hang` and every end "
+        "other than `completed`. A failing webhook is said once and never slows training. "
+        "The `run` record keeps only its scheme and host (the path often holds a token).")
+    alert_format: str = setting(
+        "json", "The body of an alert: `'json'` (the plain object), `'slack'`, `'feishu'` or "
+        "`'dingtalk'` (those services' text messages).")
     # the run log
     resume: bool = setting(
         False, "Append a new run segment to an existing `rank_<R>.jsonl`. Off: an existing, "
@@ -198,6 +221,7 @@ class MonitorSettings:
         check_bool("print_all_ranks", self.print_all_ranks)
         check_number("loss_smoothing", self.loss_smoothing, low=0.0, high=1.0, high_open=True)
         check_int("batch_size", self.batch_size, minimum=1, optional=True, maximum=MAX_COUNT)
+        _check_throughput(self)
         check_number("grad_explode", self.grad_explode, low=0.0, low_open=True)
         check_number("grad_vanish", self.grad_vanish, low=0.0)
         if self.grad_vanish >= self.grad_explode:
@@ -240,6 +264,8 @@ class MonitorSettings:
         if self.prometheus_port is not None and self.prometheus_port > 65535:
             raise ValueError(f"prometheus_port must be <= 65535; got {self.prometheus_port}")
         check_token("prometheus_host", self.prometheus_host)
+        check_webhook("alert_webhook", self.alert_webhook)
+        check_choice("alert_format", self.alert_format, ALERT_FORMATS)
         check_bool("resume", self.resume)
 
     @classmethod
@@ -256,4 +282,15 @@ class MonitorSettings:
         """The effective settings, for the ``run`` record (policies fully expanded)."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         values.pop("on_anomaly")
+        values["alert_webhook"] = redacted_url(self.alert_webhook)
         return values
+
+
+def _check_throughput(settings: MonitorSettings) -> None:
+    check_int("tokens_per_sample", settings.tokens_per_sample, minimum=1, optional=True,
+              maximum=MAX_COUNT)
+    for name in ("flops_per_token", "peak_tflops"):
+        check_number(name, getattr(settings, name), low=0.0, low_open=True, optional=True)
+        if getattr(settings, name) is not None and settings.tokens_per_sample is None:
+            raise ValueError(f"{name} needs tokens_per_sample (tokens in one sample, e.g. the "
+                             "sequence length): MFU is computed from tokens per second")

@@ -64,6 +64,8 @@ class RecordWriter:
 
     def close(self) -> None:
         with self._lock:
+            self._set.drain()                 # what it says still reaches the open log
+            self._say()
             self._set.close()
             self._closed = True
             self._say()                   # a close that failed: on stderr only

@@ -45,6 +45,12 @@ VALID = {
     "prometheus_port": [None, 0, 9100, 65535],
     "prometheus_host": ["127.0.0.1", "0.0.0.0", "::1", "localhost", "node-3.cluster"],
     "resume": [True, False],
+    # flops_per_token and peak_tflops need tokens_per_sample (test_throughput.py); alone only
+    # their default passes
+    "tokens_per_sample": [None, 1, 2048], "flops_per_token": [None], "peak_tflops": [None],
+    "alert_webhook": [None, "http://127.0.0.1:8080/hook", "https://hooks.slack.com/services/T/B/X",
+                      "https://oapi.dingtalk.com/robot/send?access_token=abc"],
+    "alert_format": ["json", "slack", "feishu", "dingtalk"],
 }
 
 ANY_VALUE = st.one_of(

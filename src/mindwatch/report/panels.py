@@ -129,6 +129,7 @@ def build_panels(run: RunLog, max_points: int = 2000,
         {"id": "throughput", "title": "Throughput (samples/s)",
          "lines": per_rank_lines(Step.SAMPLES_PER_S)},
     ]
+    panels += _token_panels(scans, per_rank_lines)
     if len(scans) > 1:
         panels.append({"id": "spread_loss", "title": "Loss across ranks (min / median / max)",
                        "log": "auto", "lines": _spread(scans, Step.LOSS, n)})
@@ -143,6 +144,23 @@ def build_panels(run: RunLog, max_points: int = 2000,
         panel["markers"] = True            # anomalies are steps: every panel shows them
         panel["x_range"] = [min(xs), max(xs)] if xs else None
         panel["axis"] = panel_axis(panel)
+    return panels
+
+
+def _token_panels(scans: list[Scanned], per_rank_lines) -> list[dict[str, Any]]:
+    """Tokens/s and MFU per device, for runs that logged them (``tokens_per_sample``); MFU
+    is drawn in percent, as it is quoted."""
+    panels = []
+    if any(s.scan.medians.get(Step.TOKENS_PER_S) is not None for s in scans):
+        panels.append({"id": "tokens", "title": "Throughput per device (tokens/s)",
+                       "lines": per_rank_lines(Step.TOKENS_PER_S)})
+    if any(s.scan.medians.get(Step.MFU) is not None for s in scans):
+        lines = per_rank_lines(Step.MFU)
+        for line in lines:
+            line["y"] = [v * 100 for v in line["y"]]        # downsampled: no None left
+            line["text"] = [fmt.number(v) + "%" for v in line["y"]]
+        panels.append({"id": "mfu", "title": "Model FLOPs utilisation per device (%)",
+                       "lines": lines})
     return panels
 
 

@@ -8,6 +8,7 @@ record because it still runs or died). Unreadable input never gets here (exit 2)
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from .. import format as fmt
@@ -20,6 +21,7 @@ from .spread import STATS, min_median_max
 HEALTHY, ANOMALIES = 0, 1
 # Summary keys that are not record fields: a rank's end reason, the anomalies found.
 _END, _ANOMALIES = records.END, "anomalies"
+THROUGHPUT = "throughput"            # median tokens/s and MFU per device
 NO_END = "running or crashed (no end record)"
 # The verdict's word for each way a rank can end other than "completed", worst first. A
 # "stopped" run with anomalies was stopped by them: the anomalies say it already.
@@ -44,6 +46,8 @@ def summarize(run: RunLog) -> dict[str, Any]:
             "last_loss_smooth": steps[Step.LOSS_SMOOTH][last] if last >= 0 else None,
             "skipped_steps": scan.skipped_steps,
             "rewinds": [{name: r.get(name) for name in REWIND_FIELDS} for r in scan.rewinds],
+            Step.TOKENS_PER_S: scan.medians.get(Step.TOKENS_PER_S),
+            Step.MFU: scan.medians.get(Step.MFU),
             _END: str(end.get(End.REASON)) if end else NO_END,
             End.ELAPSED_S: end.get(End.ELAPSED_S) if end else None,
             "torn_last_line": log.torn_tail,
@@ -55,6 +59,7 @@ def summarize(run: RunLog) -> dict[str, Any]:
     spread = _spread(scans) if len(scans) > 1 else None
     healthy = anomalies == 0 and all(r[_END] == records.COMPLETED for r in ranks)
     return {"directory": run.directory, "healthy": healthy,
+            THROUGHPUT: _throughput(ranks),
             "verdict": _verdict(anomalies, [r[_END] for r in ranks]), _ANOMALIES: anomalies,
             "skipped_lines": sum(r["skipped_lines"] for r in ranks),
             # Recovery (on_anomaly "skip" and "rewind"): rewinds happen on every rank at once,
@@ -63,6 +68,17 @@ def summarize(run: RunLog) -> dict[str, Any]:
             "rewinds": max((len(r["rewinds"]) for r in ranks), default=0),
             "ranks": ranks, "spread": spread,
             "exit_code": HEALTHY if healthy else ANOMALIES}
+
+
+def _throughput(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's median tokens/s and MFU per device (the median over ranks of each rank's
+    median step); None when no rank logged them (no ``tokens_per_sample``)."""
+    found = {name: [r[name] for r in ranks if r[name] is not None]
+             for name in (Step.TOKENS_PER_S, Step.MFU)}
+    if not found[Step.TOKENS_PER_S]:
+        return None
+    return {name: statistics.median(values) if values else None
+            for name, values in found.items()}
 
 
 def _verdict(anomalies: int, endings: list[str]) -> str:
@@ -99,12 +115,16 @@ def render_text(summary: dict[str, Any]) -> str:
             f"{fmt.number(rank['last_loss_smooth'])} (smoothed)"
             + (f"; {rank['skipped_steps']} updates withheld" if rank["skipped_steps"] else "")
             + (f"; {_rewinds_text(rank['rewinds'])}" if rank["rewinds"] else "")
+            + _throughput_note(rank)
             + (f"; {skipped_note(rank['skipped_lines'], rank['skipped_at'])}"
                if rank["skipped_lines"] else ""))
         for anomaly in rank[_ANOMALIES]:
             lines.append(f"    step {anomaly[Anomaly.STEP]}: {anomaly[Anomaly.ANOMALY]} "
                          f"[{', '.join(anomaly[Anomaly.ACTIONS] or [])}] "
                          f"{anomaly[Anomaly.MESSAGE]}")
+    throughput = summary.get(THROUGHPUT)
+    if throughput and len(summary["ranks"]) > 1:
+        lines.append(_throughput_note(throughput, "  per device, median over ranks: "))
     spread = summary.get("spread")
     if spread:
         parts = [f"across {len(summary['ranks'])} ranks"]
@@ -122,6 +142,15 @@ def _rewinds_text(rewinds: list[dict[str, Any]]) -> str:
     """"2 rewinds (step 25 -> 20, step 40 -> 30)"."""
     moves = ", ".join(f"step {r[Rewind.STEP]} -> {r[Rewind.TO_STEP]}" for r in rewinds)
     return f"{len(rewinds)} rewind{'s' if len(rewinds) > 1 else ''} ({moves})"
+
+
+def _throughput_note(figures: dict[str, Any], lead: str = "; median ") -> str:
+    """"; median 12.3k tok/s, MFU 41.2%" when tokens/s were logged, else ""."""
+    if figures.get(Step.TOKENS_PER_S) is None:
+        return ""
+    mfu = figures.get(Step.MFU)
+    return (lead + fmt.rate(figures[Step.TOKENS_PER_S], "tok")
+            + (f", MFU {fmt.fraction_percent(mfu)}" if mfu is not None else ""))
 
 
 def skipped_note(count: int, at: list[int]) -> str:

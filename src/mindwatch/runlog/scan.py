@@ -9,6 +9,7 @@ columns (~60 bytes a step), not a dict per record (~1.5 KB a step).
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from operator import truth
@@ -24,6 +25,8 @@ from .steps import StepIndex
 
 X = "x"             # a hardware series' step positions, beside its field columns
 TYPE = Device.TYPE
+# Step fields whose median (one value per step, finite ones) ``summary`` quotes per rank.
+MEDIAN_FIELDS = (Step.TOKENS_PER_S, Step.MFU)
 _TYPECODES = {name: INT if name == Step.STEP else FLOAT for name in STEP_FIELDS}
 
 
@@ -41,6 +44,7 @@ class RankScan:
     # The median of the step times (s), one per step (its last record), None left out;
     # None when there is none. Here, not in summary.py, so that each worker sorts its own.
     step_time_median: float | None = None
+    medians: dict[str, float | None] = field(default_factory=dict)     # of MEDIAN_FIELDS
 
     @property
     def step_count(self) -> int:
@@ -90,6 +94,10 @@ class Scanner:
         scan.ascending = index.ascending
         times = index.values(scan.steps[Step.STEP_TIME_S])
         scan.step_time_median = statistics.median(times) if len(times) else None
+        for name in MEDIAN_FIELDS:
+            finite = [v for v in index.values(scan.steps[name])
+                      if type(v) in (int, float) and math.isfinite(v)]
+            scan.medians[name] = statistics.median(finite) if finite else None
         items = [item for _, item in self._hardware]
         xs = [steps[count - 1] if count else 0 for count, _ in self._hardware]
         scan.hardware = {X: xs, **{name: revived(field_values(items, name), name)[0]

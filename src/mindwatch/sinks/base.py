@@ -14,5 +14,14 @@ class Sink:
     def write(self, record: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
+    def pop_messages(self) -> list[str]:
+        """What the sink has to say since the last call (problems found on its own thread);
+        the ``SinkSet`` says each as a notice after every record it writes."""
+        return []
+
+    def drain(self) -> None:
+        """Finish, within a short bounded time, what the sink delivers on its own thread.
+        Called on every sink before any is closed, so what it says still reaches the log."""
+
     def close(self) -> None:
         pass

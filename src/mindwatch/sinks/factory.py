@@ -42,6 +42,11 @@ def open_sinks(settings: Any, *, log_dir: str, log_path: str, rank: int, local_r
             port = settings.prometheus_port
             sinks.append(PrometheusSink(port + local_rank if port else 0, rank,
                                         host=settings.prometheus_host))
+        if settings.alert_webhook is not None:
+            # Last: an alert leaves only once every other view has the record.
+            from .alert import AlertSink
+            sinks.append(AlertSink(settings.alert_webhook, settings.alert_format,
+                                   log_dir=log_dir))
     except BaseException:
         for sink in sinks:
             if sink is not console:

@@ -28,6 +28,10 @@ _STEP_GAUGES = (
     (Step.STEP_TIME_S, "mindwatch_step_time_seconds", "Wall time per training step"),
     (Step.SAMPLES_PER_S, "mindwatch_samples_per_second",
      "Training samples per second on this rank"),
+    (Step.TOKENS_PER_S, "mindwatch_tokens_per_second",
+     "Training tokens per second on this rank (with tokens_per_sample)"),
+    (Step.MFU, "mindwatch_mfu_ratio",
+     "Model FLOPs utilisation of this rank's device, 0-1 (with flops_per_token, peak_tflops)"),
 )
 _HOST_GAUGES = (
     (Hardware.CPU_PERCENT, "mindwatch_cpu_percent", "Host CPU utilisation, percent"),

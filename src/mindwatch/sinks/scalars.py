@@ -24,7 +24,7 @@ def _named(group: str, *fields: str) -> tuple[tuple[str, str], ...]:
 # (record field, scalar name) per record kind; a missing or null field is skipped.
 STEP_SCALARS = (_named(TRAIN, Step.LOSS, Step.LOSS_SMOOTH, Step.LR, Step.GRAD_NORM,
                        Step.LOSS_SCALE)
-                + _named(TIME, Step.STEP_TIME_S, Step.SAMPLES_PER_S))
+                + _named(TIME, Step.STEP_TIME_S, Step.SAMPLES_PER_S, Step.TOKENS_PER_S, Step.MFU))
 EPOCH_SCALARS = _named(EPOCH, Epoch.LOSS_MEAN, Epoch.LOSS_CHANGE, Epoch.NONFINITE_LOSSES)
 HARDWARE_SCALARS = _named(HARDWARE, Hardware.CPU_PERCENT, Hardware.MEM_USED_GB,
                           Hardware.MEM_AVAILABLE_GB, Hardware.RSS_GB)

@@ -29,6 +29,10 @@ class SinkSet:
         self.error: SinkError | None = None
         self._say = say
         self._lost: dict[int, int] = {}       # id(sink) -> records lost in its outage
+        # Sinks that find problems on their own threads (the alert webhook): asked for news
+        # after every record. The others cost nothing here.
+        self._talkers = [sink for sink in self.sinks
+                         if type(sink).pop_messages is not Sink.pop_messages]
 
     def write(self, record: Mapping[str, Any]) -> None:
         for sink in self.sinks:
@@ -41,6 +45,12 @@ class SinkSet:
                     lost = self._lost.pop(id(sink))
                     self._say(sink, f"{sink.name} writes again ({lost} record"
                                     f"{'' if lost == 1 else 's'} lost while it could not)")
+        self._relay()
+
+    def _relay(self) -> None:
+        for sink in self._talkers:
+            for message in sink.pop_messages():
+                self._say(sink, message)
 
     def _failed(self, sink: Sink, exc: Exception) -> None:
         first = id(sink) not in self._lost
@@ -58,6 +68,15 @@ class SinkSet:
 
     def failing(self, sink: Sink) -> bool:
         return id(sink) in self._lost
+
+    def drain(self) -> None:
+        """Every sink finishes its own deliveries (bounded), and says what went wrong."""
+        for sink in self.sinks:
+            try:
+                sink.drain()
+            except Exception as exc:
+                self._failed(sink, exc)
+        self._relay()
 
     def close(self) -> None:
         """Close every sink; a failing close is said like a failing write."""
