@@ -7,6 +7,7 @@ from .anomaly import (
     ANOMALY_KINDS,
     GRADIENT_EXPLODE,
     GRADIENT_NONFINITE,
+    HANG,
     LOSS_NONFINITE,
     OVERHEAT,
     PEER_STOP,
@@ -18,7 +19,16 @@ STOP = "stop"
 CHECKPOINT_AND_STOP = "checkpoint_and_stop"
 # Withhold the step's update (in wrap's graph) and go on; see skipping.py.
 SKIP = "skip"
-POLICIES = (WARN, STOP, CHECKPOINT_AND_STOP, SKIP)
+# hang only: write the report and the end record, then exit with ABORT_EXIT_STATUS so the
+# job launcher can restart the job (the training thread is stuck: nothing else can end it).
+ABORT = "abort"
+POLICIES = (WARN, STOP, CHECKPOINT_AND_STOP, SKIP, ABORT)
+# EX_TEMPFAIL (sysexits.h): "try again later", what a launcher's restart rule can match.
+ABORT_EXIT_STATUS = 75
+# A hang is found on the watchdog thread while the training thread is stuck mid-step: it
+# can be reported, or end the process; a stop or a checkpoint would have to wait for the
+# step that never ends (and race the optimizer if it did).
+HANG_POLICIES = (WARN, ABORT)
 
 # Kinds a user may give a policy for; peer_stop is the consequence of another rank's policy.
 CONFIGURABLE_KINDS = tuple(kind for kind in ANOMALY_KINDS if kind != PEER_STOP)
@@ -34,14 +44,22 @@ DEFAULT_POLICIES.update({
 # The actions of "skip" depend on what the graph did at the step: skipping.SkipGuard sets
 # them before this table is consulted; "warn" is what remains when nothing was withheld.
 _ACTIONS = {WARN: ["warn"], STOP: ["stop"], CHECKPOINT_AND_STOP: ["checkpoint", "stop"],
-            SKIP: ["warn"]}
+            SKIP: ["warn"], ABORT: ["abort"]}
 
 PolicySpec = str | Mapping[str, str] | None
 
 
-def _check_policy(policy: object, where: str) -> str:
+def _check_policy(policy: object, where: str, kind: str | None = None) -> str:
+    """``kind`` None: one policy for every kind."""
     if not isinstance(policy, str) or policy not in POLICIES:
         raise ValueError(f"{where} must be one of {', '.join(map(repr, POLICIES))}; got {policy!r}")
+    if kind == HANG and policy not in HANG_POLICIES:
+        raise ValueError(f"{where} must be one of {', '.join(map(repr, HANG_POLICIES))} (a "
+                         f"hang is found while the step is still stuck); got {policy!r}")
+    if kind != HANG and policy == ABORT:
+        raise ValueError(f"{where}: {ABORT!r} is valid for 'hang' only (on_anomaly="
+                         "{'hang': 'abort'}); the other kinds take 'warn', 'stop', "
+                         f"'checkpoint_and_stop' or 'skip'; got {policy!r}")
     return policy
 
 
@@ -51,7 +69,9 @@ def resolve_policies(spec: PolicySpec) -> dict[str, str]:
         return dict(DEFAULT_POLICIES)
     if isinstance(spec, str):
         policy = _check_policy(spec, "on_anomaly")
-        return {kind: policy for kind in CONFIGURABLE_KINDS}
+        # One policy for every kind: a hang takes it where it can (warn), else keeps its own.
+        return {kind: policy if kind != HANG or policy in HANG_POLICIES
+                else DEFAULT_POLICIES[kind] for kind in CONFIGURABLE_KINDS}
     if not isinstance(spec, Mapping):
         raise TypeError("on_anomaly must be a policy string or a dict of anomaly kind -> policy; "
                         f"got {type(spec).__name__}")
@@ -60,7 +80,7 @@ def resolve_policies(spec: PolicySpec) -> dict[str, str]:
         if kind not in CONFIGURABLE_KINDS:
             raise ValueError(f"on_anomaly has unknown anomaly kind {kind!r}; "
                              f"known kinds: {', '.join(CONFIGURABLE_KINDS)}")
-        table[kind] = _check_policy(policy, f"on_anomaly[{kind!r}]")
+        table[kind] = _check_policy(policy, f"on_anomaly[{kind!r}]", kind)
     return table
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import format as fmt
 from .. import records
+from ..anomaly import HANG
 from ..records import Anomaly, Common, End, Step
 from ..runlog import RankScan, RunLog
 from ..runlog.steps import StepIndex, last_common_step
@@ -27,6 +28,9 @@ _ENDINGS = {records.ERROR: "FAILED", records.SIGNAL: "STOPPED BY SIGNAL",
             records.ABORTED: "ABORTED", NO_END: "NO END RECORD (running or crashed)",
             records.STOPPED: "STOPPED"}
 ANOMALY_FIELDS = (Anomaly.ANOMALY, Anomaly.STEP, Anomaly.ACTIONS, Anomaly.MESSAGE)
+# One entry of the summary's "hangs": which rank hung, after which step, waiting where.
+HANG_FIELDS = (Anomaly.STEP, Anomaly.VALUE, Anomaly.THRESHOLD, Anomaly.WHERE, Anomaly.ACTIONS)
+_HANGS = "hangs"
 
 
 def summarize(run: RunLog) -> dict[str, Any]:
@@ -52,15 +56,21 @@ def summarize(run: RunLog) -> dict[str, Any]:
     anomalies = sum(len(r[_ANOMALIES]) for r in ranks)
     spread = _spread(scans) if len(scans) > 1 else None
     healthy = anomalies == 0 and all(r[_END] == records.COMPLETED for r in ranks)
+    hangs = [{Common.RANK: log.rank, **{name: a.get(name) for name in HANG_FIELDS}}
+             for log, scan in zip(run.ranks, scans, strict=True) for a in scan.anomalies
+             if a.get(Anomaly.ANOMALY) == HANG]
     return {"directory": run.directory, "healthy": healthy,
-            "verdict": _verdict(anomalies, [r[_END] for r in ranks]), _ANOMALIES: anomalies,
-            "skipped_lines": sum(r["skipped_lines"] for r in ranks),
-            "ranks": ranks, "spread": spread,
+            "verdict": _verdict(anomalies, [r[_END] for r in ranks], hangs),
+            _ANOMALIES: anomalies, "skipped_lines": sum(r["skipped_lines"] for r in ranks),
+            "ranks": ranks, "spread": spread, _HANGS: hangs,
             "exit_code": HEALTHY if healthy else ANOMALIES}
 
 
-def _verdict(anomalies: int, endings: list[str]) -> str:
+def _verdict(anomalies: int, endings: list[str], hangs: list[dict[str, Any]]) -> str:
     words = [f"{anomalies} ANOMALIES"] if anomalies else []
+    hung = sorted({h[Common.RANK] for h in hangs})
+    if hung:
+        words.append(f"HUNG ON RANK{'S' if len(hung) > 1 else ''} {', '.join(map(str, hung))}")
     known = [word for ending, word in _ENDINGS.items() if ending in endings
              and not (ending == records.STOPPED and anomalies)]
     unknown = sorted({f"ENDED {e.upper()}" for e in endings
@@ -98,6 +108,8 @@ def render_text(summary: dict[str, Any]) -> str:
             lines.append(f"    step {anomaly[Anomaly.STEP]}: {anomaly[Anomaly.ANOMALY]} "
                          f"[{', '.join(anomaly[Anomaly.ACTIONS] or [])}] "
                          f"{anomaly[Anomaly.MESSAGE]}")
+    if summary[_HANGS]:
+        lines.append("  hung: " + "; ".join(hang_text(h) for h in summary[_HANGS]))
     spread = summary.get("spread")
     if spread:
         parts = [f"across {len(summary['ranks'])} ranks"]
@@ -109,6 +121,14 @@ def render_text(summary: dict[str, Any]) -> str:
                          + "/".join(fmt.duration(spread[Step.STEP_TIME_S][s]) for s in STATS))
         lines.append("  " + "; ".join(parts))
     return "\n".join(lines)
+
+
+def hang_text(hang: dict[str, Any]) -> str:
+    """"rank 1 after step 5 (no step end for 3.2 s), waiting in f (a.py:3) <- ..."."""
+    step = hang[Anomaly.STEP]
+    return (f"rank {hang[Common.RANK]} {f'after step {step}' if step else 'before its first step'}"
+            f" (no step end for {fmt.duration(hang[Anomaly.VALUE])}), waiting in "
+            f"{hang[Anomaly.WHERE] or 'an unknown place'}")
 
 
 def skipped_note(count: int, at: list[int]) -> str:
