@@ -13,6 +13,7 @@ import pytest
 
 from mindwatch import Monitor
 from mindwatch.policy import ABORT_EXIT_STATUS
+from mindwatch.report.html import render_html
 from mindwatch.report.summary import render_text, summarize
 from mindwatch.runlog import read_rank_log, read_run
 from mindwatch.watchdog import HangWatchdog, auto_timeout, timeout_in_force
@@ -203,10 +204,14 @@ def test_summary_names_the_ranks_that_hung_and_where(tmp_path):
     for monitor in monitors:
         monitor.observe(step=2, loss=1.0)
         monitor.close()
-    summary = summarize(read_run(str(tmp_path)))
+    run = read_run(str(tmp_path))
+    summary = summarize(run)
     assert summary["verdict"] == "2 ANOMALIES, HUNG ON RANKS 0, 1"
     assert [(h["rank"], h["step"]) for h in summary["hangs"]] == [(0, 1), (1, 1)]
     assert all("stall_in_the_data_loader" in h["where"] for h in summary["hangs"])
     text = render_text(summary)
     assert "  hung: rank 0 after step 1 (no step end for " in text
     assert "; rank 1 after step 1" in text
+    page = render_html(run)
+    assert '<div class="hung" id="hung">' in page
+    assert page.count("<li>rank ") == 2 and "stall_in_the_data_loader (test_hang.py:" in page
