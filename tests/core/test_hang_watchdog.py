@@ -57,7 +57,7 @@ def test_a_stall_is_reported_while_it_lasts_once_then_the_run_completes(tmp_path
     [hang] = stall_in_the_data_loader(log_path, count=1, linger_s=1.0)
     assert hang["step"] == 3 and hang["threshold"] == 0.5 and hang["actions"] == ["warn"]
     assert 0.5 <= hang["value"] < 1.5
-    assert hang["where"].startswith("stall_in_the_data_loader (test_hang.py:")
+    assert hang["where"].startswith("stall_in_the_data_loader (test_hang_watchdog.py:")
     assert hang["where"] in hang["message"]
     assert hang["report"] == str(tmp_path / "anomalies" / "hang_step3_rank0.json")
     report = json.loads((tmp_path / "anomalies" / "hang_step3_rank0.json").read_text())
@@ -214,4 +214,5 @@ def test_summary_names_the_ranks_that_hung_and_where(tmp_path):
     assert "; rank 1 after step 1" in text
     page = render_html(run)
     assert '<div class="hung" id="hung">' in page
-    assert page.count("<li>rank ") == 2 and "stall_in_the_data_loader (test_hang.py:" in page
+    assert page.count("<li>rank ") == 2
+    assert "stall_in_the_data_loader (test_hang_watchdog.py:" in page
