@@ -15,11 +15,13 @@ OVERHEAT = "overheat"
 MEMORY_PRESSURE = "memory_pressure"
 STRAGGLER = "straggler"
 PEER_STOP = "peer_stop"
+# No step ended for hang_timeout_s: found by the watchdog thread (watchdog.py), not a detector.
+HANG = "hang"
 
 # Stable strings (docs/log-format.md), in the order a report lists them.
 ANOMALY_KINDS = (
     LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, LOSS_SPIKE,
-    GRAD_SPIKE, LOSS_RISING, LR_ANOMALY, OVERHEAT, MEMORY_PRESSURE, STRAGGLER, PEER_STOP,
+    GRAD_SPIKE, LOSS_RISING, LR_ANOMALY, OVERHEAT, MEMORY_PRESSURE, STRAGGLER, PEER_STOP, HANG,
 )
 
 # Reasons to stop that are not anomalies: no anomaly record, the end record says why.

@@ -12,14 +12,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from . import records
-from .anomaly import GRAD_SPIKE, LOSS_SPIKE, PEER_STOP, SIGNAL_STOP, SINK_ERROR, USER_STOP, Anomaly
+from .anomaly import (
+    GRAD_SPIKE,
+    HANG,
+    LOSS_SPIKE,
+    PEER_STOP,
+    SIGNAL_STOP,
+    SINK_ERROR,
+    USER_STOP,
+    Anomaly,
+)
 from .clock import Clock, SystemClock
 from .detectors import Detector, SpikeDetector, build_detectors
 from .framework import FrameworkHooks
+from .hang_report import thread_stacks, where
 from .loss_stats import LossStats
 from .observation import HardwareSample, StepObservation
 from .peers import Peers, stop_code
-from .policy import Policy
+from .policy import ABORT, ABORT_EXIT_STATUS, Policy
 from .rank import rank_from_env
 from .records import Anomaly as AnomalyRecord
 from .records import End, Notice, Rewind, Run, Versions
@@ -35,6 +45,7 @@ from .sinks.factory import check_framework_views, open_sinks
 from .skipping import SkipGuard
 from .throughput import Throughput
 from .version import __version__
+from .watchdog import HangWatchdog, Stall
 from .writer import RecordWriter
 
 
@@ -123,6 +134,8 @@ class Monitor:
         self._segment = RunSegment.begin(self.clock.perf_counter())
         self._sampler: Any = None
         self._signals = SignalStop()
+        self._watchdog = HangWatchdog(timeout_s=self.settings.hang_timeout_s, clock=self.clock,
+                                      on_hang=self._on_hang)
 
     # -- life cycle -----------------------------------------------------------------------
     def _open_sinks(self) -> list[Sink]:
@@ -166,6 +179,7 @@ class Monitor:
             **run_info})
         if self._sampler is not None:
             self._sampler.start()
+        self._watchdog.start(self._segment.last_step)
         if self.settings.on_signal is not None and not self._signals.install():
             self.notice("SIGTERM and SIGINT are left alone: signal handlers can only be "
                         "installed from the main thread (on_signal)")
@@ -202,6 +216,7 @@ class Monitor:
         if reason is not None and reason not in records.END_REASONS:
             raise ValueError(f"reason must be one of {records.END_REASONS}; got {reason!r}")
         self._ensure_started()
+        self._watchdog.stop()                # training ended: no hang can be reported now
         self._stop_hardware()
         self._act_on_pending()
         self._act(self.rewinds.settle(segment.last_step, [], False, stopping=True)[1])
@@ -277,6 +292,7 @@ class Monitor:
         if step_time_s is None:
             step_time_s = (now - segment.last_perf) / steps
         segment.last_perf = now
+        self._watchdog.beat(now, step)
         batch_size = batch_size or self.settings.batch_size
         observation.step_time_s, observation.time = step_time_s, self.clock.time()
         if batch_size and step_time_s:
@@ -367,12 +383,56 @@ class Monitor:
             if anomaly.stops and segment.stop_requested is None:
                 segment.stop_requested = anomaly
             segment.anomalies.append(anomaly)
-            self._emit(records.ANOMALY, {
-                AnomalyRecord.ANOMALY: anomaly.kind, AnomalyRecord.STEP: anomaly.step,
-                AnomalyRecord.VALUE: anomaly.value, AnomalyRecord.THRESHOLD: anomaly.threshold,
-                AnomalyRecord.MESSAGE: anomaly.message, AnomalyRecord.ACTIONS: anomaly.actions,
-                AnomalyRecord.CHECKPOINT: anomaly.checkpoint,
-                AnomalyRecord.REPORT: anomaly.report})
+            self._emit_anomaly(anomaly)
+
+    def _emit_anomaly(self, anomaly: Anomaly, **fields: Any) -> None:
+        self._emit(records.ANOMALY, {
+            AnomalyRecord.ANOMALY: anomaly.kind, AnomalyRecord.STEP: anomaly.step,
+            AnomalyRecord.VALUE: anomaly.value, AnomalyRecord.THRESHOLD: anomaly.threshold,
+            AnomalyRecord.MESSAGE: anomaly.message, AnomalyRecord.ACTIONS: anomaly.actions,
+            AnomalyRecord.CHECKPOINT: anomaly.checkpoint, AnomalyRecord.REPORT: anomaly.report,
+            **fields})
+
+    # -- hangs ----------------------------------------------------------------------------
+    def _on_hang(self, stall: Stall) -> None:
+        """On the watchdog thread, while the training thread is stuck: the ``hang`` record
+        and its report through the writer's lock (as the sampler thread writes), then, under
+        ``"abort"``, the ``end`` record and the exit."""
+        threads = thread_stacks(stall.thread_id)     # before waiting for the lock
+        stuck_in = where(threads)
+        with self._writer.lock:
+            segment = self._segment
+            # A step that ended, or a close that began, while the stacks were taken wins.
+            if segment.closed or not segment.started or not self._watchdog.is_current(stall):
+                return
+            after = f"after step {stall.step}" if stall.step else "since training began"
+            anomaly = Anomaly(
+                HANG, stall.step or None, stall.stalled_s, stall.timeout_s,
+                f"no step ended for {stall.stalled_s:.1f} s {after} (hang_timeout_s "
+                f"{stall.timeout_s:g} s); the training thread waits in "
+                f"{stuck_in or 'an unknown place'}", actions=self.policy.actions_for(HANG))
+            anomaly.report = self.responder.hang_report(anomaly, threads, stuck_in)
+            segment.anomalies.append(anomaly)
+            self._emit_anomaly(anomaly, **{AnomalyRecord.WHERE: stuck_in})
+            self._say_responder_problems()
+            if ABORT in anomaly.actions:
+                self._abort(anomaly)
+
+    def _abort(self, anomaly: Anomaly) -> None:
+        """The run log complete (the ``end`` record, every sink closed), then the process
+        ends with ``ABORT_EXIT_STATUS``: ``os._exit``, because the stuck training thread
+        would never let a normal exit finish. Called holding the writer's lock."""
+        segment = self._segment
+        segment.stop_requested = anomaly
+        self._emit(records.END, {
+            End.REASON: records.ABORTED, End.STEPS: segment.last_step,
+            End.ELAPSED_S: self.clock.perf_counter() - segment.start_perf, End.ERROR: None,
+            End.STOPPED_BY: segment.stopped_by(self.rank)})
+        segment.closed = True
+        self._writer.close()
+        print(f"mindwatch [rank {self.rank}]: {anomaly.message}; exiting with status "
+              f"{ABORT_EXIT_STATUS} (on_anomaly hang: abort)", file=sys.stderr, flush=True)
+        os._exit(ABORT_EXIT_STATUS)
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to keep its history: detector windows, loss average."""

@@ -9,6 +9,7 @@ from .anomaly import (
     GRADIENT_EXPLODE,
     GRADIENT_NONFINITE,
     GRADIENT_VANISH,
+    HANG,
     LOSS_NONFINITE,
     LOSS_RISING,
     LOSS_SPIKE,
@@ -25,13 +26,22 @@ CHECKPOINT_AND_STOP = "checkpoint_and_stop"
 SKIP = "skip"
 # Restore the last healthy snapshot of the training state and go on; see rewinding.py.
 REWIND = "rewind"
-POLICIES = (WARN, STOP, CHECKPOINT_AND_STOP, SKIP, REWIND)
 
 # Faults of the training state itself, which an older state does not have. Hardware and
 # timing kinds (overheat, memory pressure, stragglers) would meet the restored state as they
 # met the current one, so "rewind" is refused for them.
 REWINDABLE_KINDS = (LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH,
                     LOSS_SPIKE, GRAD_SPIKE, LOSS_RISING, LR_ANOMALY)
+# hang only: write the report and the end record, then exit with ABORT_EXIT_STATUS so the
+# job launcher can restart the job (the training thread is stuck: nothing else can end it).
+ABORT = "abort"
+POLICIES = (WARN, STOP, CHECKPOINT_AND_STOP, SKIP, REWIND, ABORT)
+# EX_TEMPFAIL (sysexits.h): "try again later", what a launcher's restart rule can match.
+ABORT_EXIT_STATUS = 75
+# A hang is found on the watchdog thread while the training thread is stuck mid-step: it
+# can be reported, or end the process; a stop or a checkpoint would have to wait for the
+# step that never ends (and race the optimizer if it did).
+HANG_POLICIES = (WARN, ABORT)
 
 # Kinds a user may give a policy for; peer_stop is the consequence of another rank's policy.
 CONFIGURABLE_KINDS = tuple(kind for kind in ANOMALY_KINDS if kind != PEER_STOP)
@@ -47,14 +57,25 @@ DEFAULT_POLICIES.update({
 # The actions of "skip" depend on what the graph did at the step: skipping.SkipGuard sets
 # them before this table is consulted; "warn" is what remains when nothing was withheld.
 _ACTIONS = {WARN: ["warn"], STOP: ["stop"], CHECKPOINT_AND_STOP: ["checkpoint", "stop"],
-            SKIP: ["warn"], REWIND: ["rewind"]}
+            SKIP: ["warn"], REWIND: ["rewind"], ABORT: ["abort"]}
 
 PolicySpec = str | Mapping[str, str] | None
 
 
-def _check_policy(policy: object, where: str) -> str:
+def _check_policy(policy: object, where: str, kind: str | None = None) -> str:
+    """``kind`` None: one policy for every kind."""
     if not isinstance(policy, str) or policy not in POLICIES:
         raise ValueError(f"{where} must be one of {', '.join(map(repr, POLICIES))}; got {policy!r}")
+    if kind == HANG and policy not in HANG_POLICIES:
+        raise ValueError(f"{where} must be one of {', '.join(map(repr, HANG_POLICIES))} (a "
+                         f"hang is found while the step is still stuck); got {policy!r}")
+    if kind != HANG and policy == ABORT:
+        raise ValueError(f"{where}: {ABORT!r} is valid for 'hang' only (on_anomaly="
+                         "{'hang': 'abort'}); the other kinds take 'warn', 'stop', "
+                         f"'checkpoint_and_stop', 'skip' or 'rewind'; got {policy!r}")
+    if kind is not None and policy == REWIND and kind not in REWINDABLE_KINDS:
+        raise ValueError(f"{where} cannot be 'rewind': an older training state does not cure "
+                         f"{kind}; 'rewind' applies to {', '.join(REWINDABLE_KINDS)}")
     return policy
 
 
@@ -66,7 +87,9 @@ def resolve_policies(spec: PolicySpec) -> dict[str, str]:
         policy = _check_policy(spec, "on_anomaly")
         if policy == REWIND:        # for every kind it applies to; the others keep defaults
             return {**DEFAULT_POLICIES, **{kind: REWIND for kind in REWINDABLE_KINDS}}
-        return {kind: policy for kind in CONFIGURABLE_KINDS}
+        # One policy for every kind: a hang takes it where it can (warn), else keeps its own.
+        return {kind: policy if kind != HANG or policy in HANG_POLICIES
+                else DEFAULT_POLICIES[kind] for kind in CONFIGURABLE_KINDS}
     if not isinstance(spec, Mapping):
         raise TypeError("on_anomaly must be a policy string or a dict of anomaly kind -> policy; "
                         f"got {type(spec).__name__}")
@@ -75,11 +98,7 @@ def resolve_policies(spec: PolicySpec) -> dict[str, str]:
         if kind not in CONFIGURABLE_KINDS:
             raise ValueError(f"on_anomaly has unknown anomaly kind {kind!r}; "
                              f"known kinds: {', '.join(CONFIGURABLE_KINDS)}")
-        table[kind] = _check_policy(policy, f"on_anomaly[{kind!r}]")
-        if policy == REWIND and kind not in REWINDABLE_KINDS:
-            raise ValueError(f"on_anomaly[{kind!r}] cannot be 'rewind': an older training "
-                             f"state does not cure {kind}; 'rewind' applies to "
-                             f"{', '.join(REWINDABLE_KINDS)}")
+        table[kind] = _check_policy(policy, f"on_anomaly[{kind!r}]", kind)
     return table
 
 

@@ -178,6 +178,8 @@ class Anomaly(Fields):
     ACTIONS = required("actions")
     CHECKPOINT = required("checkpoint")
     REPORT = required("report")
+    # hang only: the innermost frames of the stuck training thread, innermost first
+    WHERE = optional("where")
 
 
 class Notice(Fields):

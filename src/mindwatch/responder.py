@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .anomaly import GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH, Anomaly
 from .anomaly_report import HISTORY_STEPS, write_report
 from .framework import FrameworkHooks
+from .hang_report import write_hang_report
 from .once import OnceMessages
 from .policy import Policy
 from .records import Step
@@ -94,6 +95,21 @@ class Responder:
         except OSError as exc:
             self._problems.report(("report", exc.errno),
                                   f"the anomaly report for step {anomaly.step} could not be "
+                                  f"written ({type(exc).__name__}: {exc}); its record is in "
+                                  "the run log")
+            return None
+
+    def hang_report(self, anomaly: Anomaly, threads: Sequence[Mapping[str, Any]],
+                    where: str | None) -> str | None:
+        """Write the hang report (every thread's stack, the latest hardware sample); None
+        when it cannot be written (said once)."""
+        try:
+            return write_hang_report(log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
+                                     where_=where, threads=threads, hardware=self.hardware,
+                                     history=list(self.history))
+        except OSError as exc:
+            self._problems.report(("report", exc.errno),
+                                  f"the hang report after step {anomaly.step} could not be "
                                   f"written ({type(exc).__name__}: {exc}); its record is in "
                                   "the run log")
             return None

@@ -52,6 +52,12 @@ def anomaly_report_stem(log_dir: str, step: int, rank: int) -> str:
                         f"step{_index('step', step)}_rank{_index('rank', rank)}")
 
 
+def hang_report_stem(log_dir: str, step: int, rank: int) -> str:
+    """``anomalies/hang_step<N>_rank<R>``: N is the last step that ended (0: none yet)."""
+    return os.path.join(log_dir, "anomalies",
+                        f"hang_step{_index('step', step)}_rank{_index('rank', rank)}")
+
+
 # Why a checkpoint was written, the first part of its file name.
 CHECKPOINT_REASONS = ("anomaly", "signal")
 

@@ -135,7 +135,9 @@ class MonitorSettings:
         "policy over the defaults. Policies: `'warn'`, `'stop'`, `'checkpoint_and_stop'`, "
         "`'skip'` (withhold the step's update in `wrap`'s graph and go on), `'rewind'` (restore "
         "the last healthy snapshot and go on; for the kinds of the training state only); see "
-        "What happens on an anomaly. None: `checkpoint_and_stop` for `loss_nonfinite`, "
+        "What happens on an anomaly. `hang` takes `'warn'` or `'abort'` only (`{'hang': "
+        "'abort'}`: exit with status 75; see Hang watchdog), and keeps `'warn'` when one other "
+        "policy is given for every kind. None: `checkpoint_and_stop` for `loss_nonfinite`, "
         "`gradient_nonfinite`, `gradient_explode` and `overheat`, `warn` for the rest.")
     max_skips: int = setting(
         5, "With `on_anomaly` `'skip'`: after this many withheld updates within the last 100 "
@@ -167,6 +169,12 @@ class MonitorSettings:
         "`'warn'` says so once, keeps trying and resumes when it can, while training and the "
         "other sinks go on; `'raise'` stops training cleanly after the step (end reason "
         "`error`) and `model.train` raises `SinkError`.")
+    hang_timeout_s: float | None = setting(
+        None, "`hang` when no step has ended for this long (a watchdog thread watches, so it "
+        "is reported while the step is still stuck); the first step of each `model.train` "
+        "(graph compilation) is allowed 6 times as long. None: automatic, max(600 s, 20 x "
+        "the median time between step ends), so 3600 s for the first step. At most 86400.",
+        "s")
     # hardware
     max_temperature_c: float = setting(
         85.0, "`overheat` when a device's temperature is at or above this for "
@@ -243,6 +251,8 @@ class MonitorSettings:
         check_int("straggler_window", self.straggler_window, minimum=2, maximum=MAX_COUNT)
         check_number("straggler_factor", self.straggler_factor, low=1.0, low_open=True)
         self.policies = resolve_policies(self.on_anomaly)
+        check_number("hang_timeout_s", self.hang_timeout_s, low=0.0, low_open=True,
+                     high=MAX_INTERVAL_S, optional=True)
         check_int("max_skips", self.max_skips, minimum=0, maximum=MAX_COUNT)
         check_int("snapshot_every", self.snapshot_every, minimum=1, maximum=MAX_COUNT)
         check_int("snapshots_kept", self.snapshots_kept, minimum=1, maximum=1000)

@@ -4,7 +4,9 @@
 
 SCENARIO: healthy | nan_rank1 | overheat_rank0 | straggler_rank1 | long (runs until a signal
 stops it) | spike_rank1_skip (rank 1's targets x1e3 at SPIKE_STEP, on_anomaly "skip") |
-spike_rank1_rewind (the same spike, on_anomaly "rewind", a snapshot every 5 steps).
+spike_rank1_rewind (the same spike, on_anomaly "rewind", a snapshot every 5 steps) |
+hang_rank1 (rank 1's data source blocks STALL_S seconds at batch STALL_STEP; the other rank
+waits for it in a collective; hang_timeout_s HANG_TIMEOUT_S, policy warn).
 Data parallel on the CPU, each rank its own data, gradients reduced by
 monitor.wrap.
 """
@@ -25,6 +27,7 @@ from ms_helpers import make_regressor, regression_arrays
 
 NAN_STEP = 5
 SPIKE_STEP = 15
+STALL_STEP, STALL_S, HANG_TIMEOUT_S = 6, 8.0, 3.0
 
 
 class Slow(Callback):
@@ -43,6 +46,27 @@ def batches(rank, steps, nan_at, slow, spike_at=None):
                 time.sleep(0.1)           # a slow input pipeline on this rank
             yield x[8 * i: 8 * i + 8], y[8 * i: 8 * i + 8]
     return ds.GeneratorDataset(generate, ["x", "y"], shuffle=False)
+
+
+def a_data_source_that_stalls():
+    time.sleep(STALL_S)
+
+
+class StallingBatches:
+    """Rank 1's data for hang_rank1; sized, so MindSpore does not iterate it once to count."""
+
+    def __init__(self, rank, steps):
+        self.x, self.y = regression_arrays(8 * steps, seed=rank)
+        self.steps, self.stall = steps, rank == 1
+
+    def __len__(self):
+        return self.steps
+
+    def __getitem__(self, i):
+        if self.stall and i + 1 == STALL_STEP:
+            self.stall = False
+            a_data_source_that_stalls()
+        return self.x[8 * i: 8 * i + 8], self.y[8 * i: 8 * i + 8]
 
 
 def main(log_dir, out_dir, scenario):
@@ -73,6 +97,9 @@ def main(log_dir, out_dir, scenario):
         settings.update(on_anomaly={"loss_spike": "rewind"}, grad_explode=1e30,
                         spike_window=16, spike_warmup=8, snapshot_every=5)
     spiking = scenario.startswith("spike_rank1") and rank == 1
+    if scenario == "hang_rank1":
+        epochs = 1
+        settings.update(hang_timeout_s=HANG_TIMEOUT_S)
     net = make_regressor()
     monitor = TrainMonitor(log_dir, **settings)
     step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()),
@@ -80,6 +107,8 @@ def main(log_dir, out_dir, scenario):
     data = batches(rank, steps, NAN_STEP if scenario == "nan_rank1" and rank == 1 else None,
                    slow=scenario == "straggler_rank1" and rank == 1,
                    spike_at=SPIKE_STEP if spiking else None)
+    if scenario == "hang_rank1":
+        data = ds.GeneratorDataset(StallingBatches(rank, steps), ["x", "y"], shuffle=False)
     ms.train.Model(step).train(epochs, data, callbacks=[*callbacks, monitor],
                                dataset_sink_mode=False)
     np.savez(os.path.join(out_dir, f"weights_rank{rank}.npz"),

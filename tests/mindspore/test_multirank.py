@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from multirank_trainer import HANG_TIMEOUT_S, STALL_STEP
 from test_overheat_e2e import heating_npu_smi
 
 from mindwatch.runlog import read_rank_log, read_run
@@ -152,6 +153,27 @@ def test_overheat_on_rank0_stops_rank1_too(tmp_path, npu_smi_fixtures):
     assert first.end["reason"] == second.end["reason"] == "stopped"
     assert second.end["stopped_by"] == {"anomaly": "overheat", "step": peer["step"], "rank": 0}
     assert peer["checkpoint"] and os.path.exists(peer["checkpoint"])  # its weights saved too
+
+
+def test_a_rank_stalled_in_its_data_source_hangs_both_and_summary_names_them(tmp_path):
+    run, _ = msrun(tmp_path, "hang_rank1")
+    for log in run.ranks:
+        [hang] = log.anomalies
+        # Rank 1 waits for its batch, rank 0 for rank 1 in the step's collective.
+        assert hang["anomaly"] == "hang" and hang["step"] == STALL_STEP - 1, log.rank
+        assert hang["threshold"] == HANG_TIMEOUT_S and hang["value"] >= HANG_TIMEOUT_S
+        assert hang["where"] and log.end["reason"] == "completed" and len(log.steps) == 12
+    assert "__next__ (iterators.py:" in run.ranks[1].anomalies[0]["where"]
+    report = (tmp_path / "run" / "anomalies" / f"hang_step{STALL_STEP - 1}_rank1.md")
+    assert "in a_data_source_that_stalls" in report.read_text()
+    summary = subprocess.run([sys.executable, "-m", "mindwatch.cli", "summary",
+                              str(tmp_path / "run")], capture_output=True, text=True,
+                             timeout=60)
+    assert summary.returncode == 1
+    assert summary.stdout.splitlines()[0].endswith(": 2 ANOMALIES, HUNG ON RANKS 0, 1")
+    [hung] = [line for line in summary.stdout.splitlines() if line.startswith("  hung: ")]
+    assert f"rank 0 after step {STALL_STEP - 1}" in hung
+    assert f"rank 1 after step {STALL_STEP - 1}" in hung
 
 
 def test_slow_data_pipeline_rank_is_a_straggler(tmp_path):

@@ -21,12 +21,13 @@ from typing import Any
 
 from .. import format as fmt
 from .. import records
+from ..anomaly import HANG
 from ..records import Anomaly, Common, End, Run, Step
 from ..run_dir import write_text_atomically
 from ..runlog import RunLog
 from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, run_settings, scan_logs
 from .recovery import recovery_section
-from .summary import skipped_note
+from .summary import hang_text, skipped_note
 
 _esc = html.escape
 _STRICT = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
@@ -123,6 +124,18 @@ def settings_pairs(settings: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return info + list(_flatten("", settings.get(Run.CONFIG) or {}))
 
 
+def _hung_note(anomalies: Iterable[Mapping[str, Any]]) -> str:
+    """The ranks that hung and where their training thread waited, above the charts."""
+    hangs = [{Common.RANK: a.get(Common.RANK), **{name: a.get(name) for name in (
+        Anomaly.STEP, Anomaly.VALUE, Anomaly.WHERE)}}
+             for a in anomalies if a.get(Anomaly.ANOMALY) == HANG]
+    if not hangs:
+        return ""
+    items = "".join(f"<li>{_esc(hang_text(h))}</li>" for h in hangs[:MAX_ANOMALY_ROWS])
+    return f'<div class="hung" id="hung"><p>Hung (no step ended for the timeout):</p>' \
+           f"<ul>{items}</ul></div>"
+
+
 def _plot_js() -> str:
     return resources.files("mindwatch.report").joinpath("plot.js").read_text(encoding="utf-8")
 
@@ -150,7 +163,7 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
         '<main id="report" data-rendered="0">', f"<h1>{_esc(title)}</h1>",
         f'<p class="meta">{len(run.ranks)} rank(s), {_esc(verdict)}; generated '
         f'{_esc(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>',
-        _skipped_note([("", run)]), '<div id="errors" class="errors"></div>',
+        _skipped_note([("", run)]), _hung_note(anomalies), '<div id="errors" class="errors"></div>',
         "<noscript>The charts need JavaScript; the tables below do not.</noscript>",
         '<div id="panels"></div>', "<h2>Ranks</h2>",
         _table(["rank", "host", "pid", "last step", "end", "elapsed", "anomalies", "torn tail",
@@ -179,7 +192,7 @@ body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;backgr
 main{max-width:1280px;margin:0 auto;padding:16px 24px}
 h1{font-size:20px;margin:8px 0 2px;word-break:break-all}h2{font-size:16px;margin:24px 0 8px}
 .meta{color:#5b6670;margin:0 0 12px}
-.skipped{background:#fff4d6;border:1px solid #e0b84c;color:#6b4e00;padding:6px 10px}
+.skipped,.hung{background:#fff4d6;border:1px solid #e0b84c;color:#6b4e00;padding:6px 10px}
 .errors:not(:empty){white-space:pre-wrap;background:#fde8e8;color:#9b1c1c;padding:8px}
 .panel{background:#fff;border:1px solid #dde1e5;border-radius:6px;margin:0 0 12px;
   padding:8px 12px}

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import format as fmt
 from .. import records
+from ..anomaly import HANG
 from ..records import Anomaly, Common, End, Rewind, Step
 from ..runlog import RankScan, RunLog
 from ..runlog.steps import StepIndex, last_common_step
@@ -30,6 +31,9 @@ _ENDINGS = {records.ERROR: "FAILED", records.SIGNAL: "STOPPED BY SIGNAL",
             records.STOPPED: "STOPPED"}
 ANOMALY_FIELDS = (Anomaly.ANOMALY, Anomaly.STEP, Anomaly.ACTIONS, Anomaly.MESSAGE)
 REWIND_FIELDS = (Rewind.STEP, Rewind.TO_STEP, Rewind.ANOMALY, Rewind.ORIGIN_RANK)
+# One entry of the summary's "hangs": which rank hung, after which step, waiting where.
+HANG_FIELDS = (Anomaly.STEP, Anomaly.VALUE, Anomaly.THRESHOLD, Anomaly.WHERE, Anomaly.ACTIONS)
+_HANGS = "hangs"
 
 
 def summarize(run: RunLog) -> dict[str, Any]:
@@ -58,15 +62,18 @@ def summarize(run: RunLog) -> dict[str, Any]:
     anomalies = sum(len(r[_ANOMALIES]) for r in ranks)
     spread = _spread(scans) if len(scans) > 1 else None
     healthy = anomalies == 0 and all(r[_END] == records.COMPLETED for r in ranks)
+    hangs = [{Common.RANK: log.rank, **{name: a.get(name) for name in HANG_FIELDS}}
+             for log, scan in zip(run.ranks, scans, strict=True) for a in scan.anomalies
+             if a.get(Anomaly.ANOMALY) == HANG]
     return {"directory": run.directory, "healthy": healthy,
             THROUGHPUT: _throughput(ranks),
-            "verdict": _verdict(anomalies, [r[_END] for r in ranks]), _ANOMALIES: anomalies,
-            "skipped_lines": sum(r["skipped_lines"] for r in ranks),
+            "verdict": _verdict(anomalies, [r[_END] for r in ranks], hangs),
+            _ANOMALIES: anomalies, "skipped_lines": sum(r["skipped_lines"] for r in ranks),
             # Recovery (on_anomaly "skip" and "rewind"): rewinds happen on every rank at once,
             # so they are counted once per run; withheld updates once per rank.
             "skipped_steps": sum(r["skipped_steps"] for r in ranks),
             "rewinds": max((len(r["rewinds"]) for r in ranks), default=0),
-            "ranks": ranks, "spread": spread,
+            "ranks": ranks, "spread": spread, _HANGS: hangs,
             "exit_code": HEALTHY if healthy else ANOMALIES}
 
 
@@ -81,8 +88,11 @@ def _throughput(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
             for name, values in found.items()}
 
 
-def _verdict(anomalies: int, endings: list[str]) -> str:
+def _verdict(anomalies: int, endings: list[str], hangs: list[dict[str, Any]]) -> str:
     words = [f"{anomalies} ANOMALIES"] if anomalies else []
+    hung = sorted({h[Common.RANK] for h in hangs})
+    if hung:
+        words.append(f"HUNG ON RANK{'S' if len(hung) > 1 else ''} {', '.join(map(str, hung))}")
     known = [word for ending, word in _ENDINGS.items() if ending in endings
              and not (ending == records.STOPPED and anomalies)]
     unknown = sorted({f"ENDED {e.upper()}" for e in endings
@@ -125,6 +135,8 @@ def render_text(summary: dict[str, Any]) -> str:
     throughput = summary.get(THROUGHPUT)
     if throughput and len(summary["ranks"]) > 1:
         lines.append(_throughput_note(throughput, "  per device, median over ranks: "))
+    if summary[_HANGS]:
+        lines.append("  hung: " + "; ".join(hang_text(h) for h in summary[_HANGS]))
     spread = summary.get("spread")
     if spread:
         parts = [f"across {len(summary['ranks'])} ranks"]
@@ -151,6 +163,14 @@ def _throughput_note(figures: dict[str, Any], lead: str = "; median ") -> str:
     mfu = figures.get(Step.MFU)
     return (lead + fmt.rate(figures[Step.TOKENS_PER_S], "tok")
             + (f", MFU {fmt.fraction_percent(mfu)}" if mfu is not None else ""))
+
+
+def hang_text(hang: dict[str, Any]) -> str:
+    """"rank 1 after step 5 (no step end for 3.2 s), waiting in f (a.py:3) <- ..."."""
+    step = hang[Anomaly.STEP]
+    return (f"rank {hang[Common.RANK]} {f'after step {step}' if step else 'before its first step'}"
+            f" (no step end for {fmt.duration(hang[Anomaly.VALUE])}), waiting in "
+            f"{hang[Anomaly.WHERE] or 'an unknown place'}")
 
 
 def skipped_note(count: int, at: list[int]) -> str:
