@@ -8,48 +8,44 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from . import records
 from .anomaly import (
     GRAD_SPIKE,
-    HANG,
     LOSS_SPIKE,
-    PEER_STOP,
-    SIGNAL_STOP,
-    SINK_ERROR,
-    USER_STOP,
     Anomaly,
 )
 from .clock import Clock, SystemClock
 from .detectors import Detector, SpikeDetector, build_detectors
 from .framework import FrameworkHooks
-from .hang_report import thread_stacks, where
 from .loss_stats import LossStats
-from .observation import HardwareSample, StepObservation
-from .peers import Peers, stop_code
-from .policy import ABORT, ABORT_EXIT_STATUS, Policy
+from .monitor_background import BackgroundInputs
+from .monitor_ranks import RankDecisions
+from .observation import StepObservation
+from .peers import Peers
+from .policy import Policy
 from .rank import rank_from_env
 from .records import Anomaly as AnomalyRecord
-from .records import End, Notice, Rewind, Run, Versions
+from .records import End, Notice, Run, Versions
 from .responder import Responder
-from .rewinding import RewindEvent, RewindGuard, RewindWish, require_snapshots
+from .rewinding import RewindGuard, require_snapshots
 from .run_dir import prepare
 from .segment import RunSegment
 from .settings import MonitorSettings
-from .signals import SignalStop, signal_name
+from .signals import SignalStop
 from .sinks.base import Sink
 from .sinks.console import ConsoleSink
 from .sinks.factory import check_framework_views, open_sinks
 from .skipping import SkipGuard
 from .throughput import Throughput
 from .version import __version__
-from .watchdog import HangWatchdog, Stall
+from .watchdog import HangWatchdog
 from .writer import RecordWriter
 
 
-class Monitor:
+class Monitor(BackgroundInputs, RankDecisions):
     """Records one training run of one rank: ``observe`` each step, ``close`` at the end.
 
     Args:
@@ -184,21 +180,6 @@ class Monitor:
             self.notice("SIGTERM and SIGINT are left alone: signal handlers can only be "
                         "installed from the main thread (on_signal)")
 
-    def _start_hardware(self) -> None:
-        if self.settings.hardware_interval_s is None or self._sampler is not None:
-            return
-        from .hardware.sampler import HardwareSampler, default_probes
-        self._sampler = HardwareSampler(
-            interval_s=self.settings.hardware_interval_s, on_sample=self.submit_hardware,
-            **default_probes(all_devices=self.settings.all_devices,
-                             framework_reader=self.framework.memory_reader))
-
-    def _stop_hardware(self) -> None:
-        if self._sampler is not None:
-            self._sampler.close()
-            self._drain_sampler_messages()
-            self._sampler = None
-
     def close(self, reason: str | None = None, error: str | None = None) -> None:
         """End the run segment: the last epoch's record, the ``end`` record, sinks closed.
 
@@ -304,42 +285,6 @@ class Monitor:
         self._check_sink_error()
         return found
 
-    def submit_hardware(self, sample: HardwareSample) -> None:
-        """From the sampler thread: the ``hardware`` record is written now, so a hung step
-        still leaves samples behind; what its detectors find waits for the training thread
-        (the next ``observe``), since a checkpoint must not race the optimizer update."""
-        with self._writer.lock:
-            segment = self._segment
-            if segment.closed or not segment.started:
-                return
-            record = sample.to_record()
-            self.responder.remember_hardware(record)
-            self._emit(records.HARDWARE, record, time=sample.time)
-            for detector in self.detectors:
-                segment.pending.extend(detector.update_hardware(sample))
-
-    def observe_hardware(self, sample: HardwareSample) -> list[Anomaly]:
-        """A hardware sample taken on the training thread (custom loops, tests)."""
-        self._ensure_started()
-        self.submit_hardware(sample)
-        return self._act_on_pending()
-
-    def _act_on_pending(self) -> list[Anomaly]:
-        segment = self._segment
-        with self._writer.lock:
-            found, segment.pending = segment.pending, []
-        for anomaly in found:
-            if anomaly.step is None:
-                anomaly.step = segment.last_step or None
-        self._act(found)
-        return found
-
-    def _drain_sampler_messages(self) -> None:
-        if self._sampler is not None:
-            for message in self._sampler.pop_new_messages():
-                self._emit(records.NOTICE, {Notice.MESSAGE: message,
-                                            Notice.SOURCE: records.HARDWARE})
-
     def notice(self, message: str, **fields: Any) -> None:
         """Write a ``notice`` record (said on every rank's console too)."""
         self._ensure_started()
@@ -393,47 +338,6 @@ class Monitor:
             AnomalyRecord.CHECKPOINT: anomaly.checkpoint, AnomalyRecord.REPORT: anomaly.report,
             **fields})
 
-    # -- hangs ----------------------------------------------------------------------------
-    def _on_hang(self, stall: Stall) -> None:
-        """On the watchdog thread, while the training thread is stuck: the ``hang`` record
-        and its report through the writer's lock (as the sampler thread writes), then, under
-        ``"abort"``, the ``end`` record and the exit."""
-        threads = thread_stacks(stall.thread_id)     # before waiting for the lock
-        stuck_in = where(threads)
-        with self._writer.lock:
-            segment = self._segment
-            # A step that ended, or a close that began, while the stacks were taken wins.
-            if segment.closed or not segment.started or not self._watchdog.is_current(stall):
-                return
-            after = f"after step {stall.step}" if stall.step else "since training began"
-            anomaly = Anomaly(
-                HANG, stall.step or None, stall.stalled_s, stall.timeout_s,
-                f"no step ended for {stall.stalled_s:.1f} s {after} (hang_timeout_s "
-                f"{stall.timeout_s:g} s); the training thread waits in "
-                f"{stuck_in or 'an unknown place'}", actions=self.policy.actions_for(HANG))
-            anomaly.report = self.responder.hang_report(anomaly, threads, stuck_in)
-            segment.anomalies.append(anomaly)
-            self._emit_anomaly(anomaly, **{AnomalyRecord.WHERE: stuck_in})
-            self._say_responder_problems()
-            if ABORT in anomaly.actions:
-                self._abort(anomaly)
-
-    def _abort(self, anomaly: Anomaly) -> None:
-        """The run log complete (the ``end`` record, every sink closed), then the process
-        ends with ``ABORT_EXIT_STATUS``: ``os._exit``, because the stuck training thread
-        would never let a normal exit finish. Called holding the writer's lock."""
-        segment = self._segment
-        segment.stop_requested = anomaly
-        self._emit(records.END, {
-            End.REASON: records.ABORTED, End.STEPS: segment.last_step,
-            End.ELAPSED_S: self.clock.perf_counter() - segment.start_perf, End.ERROR: None,
-            End.STOPPED_BY: segment.stopped_by(self.rank)})
-        segment.closed = True
-        self._writer.close()
-        print(f"mindwatch [rank {self.rank}]: {anomaly.message}; exiting with status "
-              f"{ABORT_EXIT_STATUS} (on_anomaly hang: abort)", file=sys.stderr, flush=True)
-        os._exit(ABORT_EXIT_STATUS)
-
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to keep its history: detector windows, loss average."""
         return {**self.loss_stats.state_dict(), "last_step": self.last_step,
@@ -454,99 +358,9 @@ class Monitor:
         self.rewinds.rewinds = int(state.get("rewinds", 0))
         self._segment.last_step = state.get("last_step", self._segment.last_step)
 
-    # -- several ranks ------------------------------------------------------------------------
-    def stop_code(self) -> int:
-        """This rank's own wish to stop, as a number to share with the other ranks (0 when
-        it goes on, or when it stops only because another rank does)."""
-        stop = self._segment.stop_requested
-        if stop is None or stop.kind == PEER_STOP:
-            return 0
-        return stop_code(stop.kind)
-
-    def request_stop(self) -> None:
-        """The user (or another callback) asked to stop: every rank stops after this step."""
-        segment = self._segment
-        if segment.stop_requested is None:
-            segment.stop_requested = Anomaly(USER_STOP, segment.last_step or None, None, None,
-                                             "stop requested by the user", actions=["stop"])
-
-    def observe_peers(self, *, step: int, stop_codes: list[int], data_times: list[float],
-                      step_time_s: float | None = None) -> list[Anomaly]:
-        """What the other ranks said after ``step``: stops to follow, stragglers."""
-        found = self.peers.findings(step=step, stop_codes=stop_codes, data_times=data_times,
-                                    step_time_s=step_time_s,
-                                    stopping=self._segment.stop_requested is not None)
-        self._act(found)
-        return found
-
-    # -- rewinds ----------------------------------------------------------------------------
-    def settle_rewind(self, *, step: int, wishes: Sequence[RewindWish] | None = None,
-                      touched: bool | None = None) -> RewindEvent | None:
-        """After ``observe`` (and, on several ranks, after the exchange): carry out this
-        step's rewind or take a snapshot that is due (on_anomaly "rewind"; otherwise a no-op).
-
-        Args:
-            step: the step just observed.
-            wishes: every rank's ``rewinds.wish`` of this step (None: this rank's alone).
-            touched: whether an anomaly of the training state touched this step on any
-                rank (None: this rank's ``rewinds.touched``); no snapshot is taken of it.
-
-        Returns the rewind carried out, after its ``rewind`` record is written, or None.
-        """
-        guard = self.rewinds
-        if wishes is None:
-            wishes = [guard.wish] if guard.wish is not None else []
-        event, held = guard.settle(step, wishes, guard.touched if touched is None else touched,
-                                   stopping=self._segment.stop_requested is not None)
-        self._act(held)
-        if event is not None:
-            self._emit(records.REWIND, {
-                Rewind.STEP: event.step, Rewind.TO_STEP: event.to_step,
-                Rewind.ANOMALY: event.anomaly, Rewind.REWINDS: event.rewinds,
-                Rewind.ORIGIN_RANK: event.origin_rank})
-            self.skips.refresh()           # the spike windows went back too
-        for problem in guard.pop_problems():
-            self.notice(problem)
-        return event
-
-    # -- stops that are not anomalies -------------------------------------------------------
-    def _check_signal(self) -> None:
-        """A SIGTERM/SIGINT received since the last check: checkpoint (``on_signal``), then
-        stop this segment after the current step; the other ranks learn it through the stop
-        code, as for an anomaly."""
-        segment = self._segment
-        signum = self._signals.received
-        if signum is None or segment.signal is not None:
-            return
-        segment.signal = signum
-        step = segment.last_step
-        actions = self.policy.actions_for(SIGNAL_STOP)
-        checkpoint = (self.responder.checkpoint(step, "signal")
-                      if "checkpoint" in actions and step else None)
-        message = (f"{signal_name(signum)} received: training stops after step {step} on "
-                   "every rank" + (f"; checkpoint {checkpoint}" if checkpoint else ""))
-        if segment.stop_requested is None:
-            segment.stop_requested = Anomaly(SIGNAL_STOP, step or None, float(signum), None,
-                                             message, actions=actions, checkpoint=checkpoint)
-        self.notice(message, source=SIGNAL_STOP)
-        self._say_responder_problems()
-
     def _say_responder_problems(self) -> None:
         for problem in self.responder.pop_problems():
             self.notice(problem)
-
-    def _check_sink_error(self) -> None:
-        """Under ``on_sink_error="raise"``: the first sink failure stops this segment (every
-        rank, after this step) and raises ``SinkError`` to the training loop, once."""
-        segment = self._segment
-        error = self._writer.error
-        if error is None or segment.sink_error is not None:
-            return
-        segment.sink_error = str(error)
-        if segment.stop_requested is None:
-            segment.stop_requested = Anomaly(SINK_ERROR, segment.last_step or None, None, None,
-                                             str(error), actions=["stop"])
-        raise error
 
     def _emit(self, kind: str, fields: Mapping[str, Any], time: float | None = None) -> None:
         self._writer.emit(kind, fields, time)
