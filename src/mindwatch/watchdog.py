@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 import sys
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -69,7 +70,13 @@ class HangWatchdog:
 
     def __init__(self, *, timeout_s: float | None, clock: Clock,
                  on_hang: Callable[[Stall], None]):
-        self.timeout_s, self.clock, self.on_hang = timeout_s, clock, on_hang
+        self.timeout_s, self.clock = timeout_s, clock
+        # A monitor's bound method is held weakly: a monitor nobody closed and nobody holds
+        # any more (a custom loop that forgot close()) must not keep a thread that reports
+        # its "hang" forever. The thread ends at its next look once the monitor is gone.
+        self._on_hang: Callable[[], Callable[[Stall], None] | None] = (
+            weakref.WeakMethod(on_hang) if hasattr(on_hang, "__self__")
+            else lambda: on_hang)
         # Between step ends, across segments: a resumed segment keeps the step pace.
         self.intervals: deque[float] = deque(maxlen=INTERVAL_WINDOW)
         # (monotonic time of the latest step end or segment start, its step, the thread,
@@ -138,13 +145,23 @@ class HangWatchdog:
         said = False
         while not stopped.wait(min(max(self.timeout() / TICKS_PER_TIMEOUT, MIN_TICK_S),
                                    MAX_TICK_S)):
-            stall = self.check()
-            if stall is None or stopped.is_set():
-                continue
             try:
-                self.on_hang(stall)
+                if not self._look(stopped):
+                    return               # its monitor was collected without a close()
             except Exception as exc:     # the watch goes on; said once, where it can be read
                 if not said:
                     said = True
                     print(f"mindwatch: the hang watchdog could not report a stall "
                           f"({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+
+    def _look(self, stopped: threading.Event) -> bool:
+        """One look; False once the monitor is gone. The strong reference to the monitor
+        lives only in this call, never across the wait."""
+        on_hang = self._on_hang()
+        if on_hang is None:
+            stopped.set()
+            return False
+        stall = self.check()
+        if stall is not None and not stopped.is_set():
+            on_hang(stall)
+        return True

@@ -41,8 +41,10 @@ def stall_in_the_data_loader(log_path, *, count, block_s=1.0, linger_s=0.0, dead
     return _hang_records(log_path)
 
 
-def _watchdogs():
-    return [t for t in threading.enumerate() if t.name.startswith("mindwatch-hang-watchdog")]
+def _watchdogs(others=frozenset()):
+    """The watchdog threads running, but those in ``others`` (left by earlier tests)."""
+    return [t for t in threading.enumerate()
+            if t.name.startswith("mindwatch-hang-watchdog") and t not in others]
 
 
 def test_a_stall_is_reported_while_it_lasts_once_then_the_run_completes(tmp_path):
@@ -85,21 +87,36 @@ def test_a_stall_is_reported_while_it_lasts_once_then_the_run_completes(tmp_path
 
 
 def test_no_hang_after_close_nor_between_segments(tmp_path):
+    others = frozenset(_watchdogs())
     log_path = tmp_path / "rank_0.jsonl"
     monitor = Monitor(str(tmp_path), stream=io.StringIO(), hang_timeout_s=0.2,
                       hardware_interval_s=None)
     monitor.observe(step=1, loss=1.0)
     monitor.close()
-    assert not _watchdogs()
+    assert not _watchdogs(others)
     time.sleep(0.8)                              # four timeouts between two segments
     monitor.start()
-    assert len(_watchdogs()) == 1
+    assert len(_watchdogs(others)) == 1
     monitor.observe(step=2, loss=1.0)
     monitor.close()
     time.sleep(0.8)
-    assert _hang_records(log_path) == [] and not _watchdogs()
+    assert _hang_records(log_path) == [] and not _watchdogs(others)
     assert [e["reason"] for e in read_rank_log(str(log_path)).of_kind("end")] == \
         ["completed", "completed"]
+
+
+def test_a_monitor_nobody_closed_nor_holds_takes_its_watchdog_with_it(tmp_path):
+    import gc
+    others = frozenset(_watchdogs())
+    monitor = Monitor(str(tmp_path), stream=io.StringIO(), hang_timeout_s=0.2,
+                      hardware_interval_s=None)
+    monitor.observe(step=1, loss=1.0)                # a custom loop that forgets close()
+    [thread] = _watchdogs(others)
+    del monitor
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert _hang_records(tmp_path / "rank_0.jsonl") == []
 
 
 def test_the_timeout_in_force_exact_numbers():

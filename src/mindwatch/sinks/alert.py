@@ -21,13 +21,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import records
+from ..anomaly import HANG
 from ..once import OnceMessages
 from ..records import Anomaly, Common, End
 from .alert_body import alert_from_anomaly, alert_from_end, shaped
 from .base import Sink
 from .webhook import TIMEOUT_S, post_json, redacted_url
 
-HANG = "hang"            # the watchdog's anomaly kind; always worth waking someone for
 QUEUE_SIZE = 64          # alerts waiting; a webhook this far behind is not keeping up
 DRAIN_S = 3.0            # the longest a closing run waits for its alerts
 _FAILED, _DROPPED = "failed", "dropped"     # OnceMessages keys
@@ -37,6 +37,7 @@ def wants_alert(record: Mapping[str, Any]) -> bool:
     kind = record.get(Common.KIND)
     if kind == records.ANOMALY:
         actions = record.get(Anomaly.ACTIONS) or []
+        # A hang is always worth waking someone for, even under "warn".
         return record.get(Anomaly.ANOMALY) == HANG or any(a != "warn" for a in actions)
     return kind == records.END and record.get(End.REASON) != records.COMPLETED
 
