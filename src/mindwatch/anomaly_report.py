@@ -35,9 +35,15 @@ def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: list[Map
         Record.CHECKPOINT: anomaly.checkpoint, NOTES: notes, RESUME: resume_snippet,
         HARDWARE: hardware, TOP_LAYERS: top_layers, HISTORY: steps,
     }
+    return write_report_files(stem, body, _markdown(body))
+
+
+def write_report_files(stem: str, body: Mapping[str, Any], markdown: str) -> str:
+    """``<stem>.json`` (the run log's strict JSON) and ``<stem>.md``, each written atomically;
+    returns the JSON file's path."""
     json_path = stem + ".json"
     write_text_atomically(json_path, records.encode(body) + "\n")
-    write_text_atomically(stem + ".md", _markdown(body))
+    write_text_atomically(stem + ".md", markdown)
     return json_path
 
 

@@ -19,10 +19,10 @@ from typing import Any
 from . import format as fmt
 from . import records
 from .anomaly import Anomaly
-from .anomaly_report import HARDWARE, HISTORY, HISTORY_FIELDS
+from .anomaly_report import HARDWARE, HISTORY, HISTORY_FIELDS, write_report_files
 from .records import Anomaly as Record
 from .records import Common, Step
-from .run_dir import hang_report_stem, write_text_atomically
+from .run_dir import hang_report_stem
 
 # The report's own fields, beside the anomaly record's; one entry of THREADS, one frame.
 THREADS = "threads"
@@ -76,10 +76,7 @@ def write_hang_report(*, log_dir: str, rank: int, anomaly: Anomaly, where_: str 
         HISTORY: [{name: r.get(name) for name in HISTORY_FIELDS}
                   for r in history[-HISTORY_STEPS:]],
     }
-    json_path = stem + ".json"
-    write_text_atomically(json_path, records.encode(body) + "\n")
-    write_text_atomically(stem + ".md", _markdown(body))
-    return json_path
+    return write_report_files(stem, body, _markdown(body))
 
 
 def _markdown(body: Mapping[str, Any]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .anomaly import GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH, Anomaly
@@ -86,32 +86,31 @@ class Responder:
                     anomaly, resume_hint(checkpoint) if checkpoint and resume_hint else None)
 
     def _write_report(self, anomaly: Anomaly, resume: str | None) -> str | None:
-        try:
-            return write_report(
-                log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
-                history=list(self.history), hardware=self.hardware,
-                notes=self._notes(anomaly), top_layers=self._top_layers(anomaly),
-                resume_snippet=resume)
-        except OSError as exc:
-            self._problems.report(("report", exc.errno),
-                                  f"the anomaly report for step {anomaly.step} could not be "
-                                  f"written ({type(exc).__name__}: {exc}); its record is in "
-                                  "the run log")
-            return None
+        return self._guarded(f"the anomaly report for step {anomaly.step}", lambda: write_report(
+            log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
+            history=list(self.history), hardware=self.hardware,
+            notes=self._notes(anomaly), top_layers=self._top_layers(anomaly),
+            resume_snippet=resume))
 
     def hang_report(self, anomaly: Anomaly, threads: Sequence[Mapping[str, Any]],
                     where: str | None) -> str | None:
         """Write the hang report (every thread's stack, the latest hardware sample); None
         when it cannot be written (said once)."""
+        return self._guarded(f"the hang report after step {anomaly.step}",
+                             lambda: write_hang_report(
+                                 log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
+                                 where_=where, threads=threads, hardware=self.hardware,
+                                 history=list(self.history)))
+
+    def _guarded(self, what: str, write: Callable[[], str]) -> str | None:
+        """``write()``'s path, or None when the disk refused it: said once per errno, and
+        training goes on (the record is in the run log anyway)."""
         try:
-            return write_hang_report(log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
-                                     where_=where, threads=threads, hardware=self.hardware,
-                                     history=list(self.history))
+            return write()
         except OSError as exc:
             self._problems.report(("report", exc.errno),
-                                  f"the hang report after step {anomaly.step} could not be "
-                                  f"written ({type(exc).__name__}: {exc}); its record is in "
-                                  "the run log")
+                                  f"{what} could not be written ({type(exc).__name__}: "
+                                  f"{exc}); its record is in the run log")
             return None
 
     def _top_layers(self, anomaly: Anomaly) -> list[list] | None:
