@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .anomaly import Anomaly
@@ -69,7 +69,6 @@ class RewindWish:
 @dataclass
 class _Snapshot:
     step: int
-    nbytes: int
     detectors: list[dict[str, Any]]
 
 
@@ -81,7 +80,6 @@ class RewindEvent:
     anomaly: str
     rewinds: int
     origin_rank: int
-    anomalies: list[Anomaly] = field(default_factory=list)   # this rank's, to record now
 
 
 class RewindGuard:
@@ -108,10 +106,6 @@ class RewindGuard:
     @property
     def snapshot_steps(self) -> list[int]:
         return [snapshot.step for snapshot in self._snapshots]
-
-    @property
-    def snapshot_bytes(self) -> int:
-        return sum(snapshot.nbytes for snapshot in self._snapshots)
 
     def begin(self, step: int) -> None:
         """Training begins after ``step``: the first snapshot, so that an early fault has a
@@ -192,7 +186,7 @@ class RewindGuard:
                                 f"restored (rewind {self.rewinds} of max_rewinds="
                                 f"{self.max_rewinds})")
         event = RewindEvent(step=step, to_step=target.step, anomaly=wish.kind,
-                            rewinds=self.rewinds, origin_rank=wish.rank, anomalies=held)
+                            rewinds=self.rewinds, origin_rank=wish.rank)
         return event, held
 
     def _snapshot_if_due(self, step: int) -> None:
@@ -204,15 +198,14 @@ class RewindGuard:
         assert self.store is not None
         self._last_due = step
         try:
-            nbytes = self.store.take(step)
+            self.store.take(step)
         except Exception as exc:       # host memory: say so, rewinds then find older ones
             self._problems.report(type(exc).__name__,
                                   f"the snapshot of step {step} could not be taken "
                                   f"({type(exc).__name__}: {exc}); rewinds go back to an "
                                   "older one, or escalate")
             return
-        self._snapshots.append(_Snapshot(step, nbytes,
-                                         [d.state_dict() for d in self._detectors]))
+        self._snapshots.append(_Snapshot(step, [d.state_dict() for d in self._detectors]))
         while len(self._snapshots) > self.snapshots_kept:
             self.store.drop(self._snapshots.popleft().step)
 

@@ -70,6 +70,16 @@ def msrun(tmp_path, scenario, **env):
     return run, out_dir
 
 
+def same_weights_on_both_ranks(out):
+    """Asserts that both ranks ended with identical weights (data parallel), bit for bit;
+    returns rank 0's, by name."""
+    weights = [np.load(out / f"weights_rank{r}.npz") for r in (0, 1)]
+    assert weights[0].files == weights[1].files
+    for name in weights[0].files:
+        assert np.array_equal(weights[0][name], weights[1][name]), name
+    return {name: weights[0][name] for name in weights[0].files}
+
+
 def test_healthy_two_ranks_agree(tmp_path):
     run, out = msrun(tmp_path, "healthy")
     first, second = run.ranks
@@ -81,9 +91,7 @@ def test_healthy_two_ranks_agree(tmp_path):
     assert [s["loss"] for s in first.steps] != [s["loss"] for s in second.steps]  # own data
     assert first.end["reason"] == second.end["reason"] == "completed"
     assert not run.anomalies
-    weights = [np.load(out / f"weights_rank{r}.npz") for r in (0, 1)]
-    for name in weights[0].files:
-        assert np.array_equal(weights[0][name], weights[1][name]), name
+    same_weights_on_both_ranks(out)
 
 
 def test_nan_on_one_rank_stops_both_after_the_same_step(tmp_path):
@@ -100,10 +108,8 @@ def test_nan_on_one_rank_stops_both_after_the_same_step(tmp_path):
         checkpoints = {a["checkpoint"] for a in log.anomalies if a["checkpoint"]}
         assert checkpoints and all(os.path.exists(c) for c in checkpoints)
     # The bad update was withheld on both ranks, which still hold identical weights.
-    weights = [np.load(out / f"weights_rank{r}.npz") for r in (0, 1)]
-    for name in weights[0].files:
-        assert np.array_equal(weights[0][name], weights[1][name]), name
-        assert np.isfinite(weights[0][name]).all()
+    for array in same_weights_on_both_ranks(out).values():
+        assert np.isfinite(array).all()
 
 
 def test_a_loss_spike_on_one_rank_is_skipped_on_every_rank(tmp_path):
@@ -115,9 +121,7 @@ def test_a_loss_spike_on_one_rank_is_skipped_on_every_rank(tmp_path):
     [spike] = [a for a in second.anomalies if a["anomaly"] == "loss_spike"]
     assert spike["step"] == 15 and spike["actions"] == ["skip"]
     assert not [a for a in first.anomalies if a["anomaly"] == "loss_spike"]
-    weights = [np.load(out / f"weights_rank{r}.npz") for r in (0, 1)]
-    for name in weights[0].files:
-        assert np.array_equal(weights[0][name], weights[1][name]), name
+    same_weights_on_both_ranks(out)
 
 
 def test_a_loss_spike_on_one_rank_rewinds_every_rank_to_the_same_snapshot(tmp_path):
@@ -133,9 +137,7 @@ def test_a_loss_spike_on_one_rank_rewinds_every_rank_to_the_same_snapshot(tmp_pa
     # The reduced gradient spikes on both ranks (grad_spike, warn); the loss on rank 1 only.
     assert not [a for a in first.anomalies if a["anomaly"] == "loss_spike"]
     # Both ranks went back to the same state and trained on in step: identical weights.
-    weights = [np.load(out / f"weights_rank{r}.npz") for r in (0, 1)]
-    for name in weights[0].files:
-        assert np.array_equal(weights[0][name], weights[1][name]), name
+    same_weights_on_both_ranks(out)
 
 
 def test_overheat_on_rank0_stops_rank1_too(tmp_path, npu_smi_fixtures):

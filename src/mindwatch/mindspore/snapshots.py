@@ -57,7 +57,3 @@ class TrainStateSnapshots:
 
     def drop(self, step: int) -> None:
         self._copies.pop(step, None)
-
-    @property
-    def steps(self) -> list[int]:
-        return sorted(self._copies)

@@ -11,6 +11,7 @@ and must not be the one that stops training).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from operator import methodcaller
 from typing import Any
 
 from .base import Sink
@@ -71,17 +72,16 @@ class SinkSet:
 
     def drain(self) -> None:
         """Every sink finishes its own deliveries (bounded), and says what went wrong."""
-        for sink in self.sinks:
-            try:
-                sink.drain()
-            except Exception as exc:
-                self._failed(sink, exc)
+        self._each(methodcaller("drain"))
         self._relay()
 
     def close(self) -> None:
         """Close every sink; a failing close is said like a failing write."""
+        self._each(methodcaller("close"))
+
+    def _each(self, call: Callable[[Sink], None]) -> None:
         for sink in self.sinks:
             try:
-                sink.close()
+                call(sink)
             except Exception as exc:
                 self._failed(sink, exc)
