@@ -13,6 +13,7 @@ import pytest
 
 from mindwatch import Monitor
 from mindwatch.policy import ABORT_EXIT_STATUS
+from mindwatch.report.compare import render_compare
 from mindwatch.report.html import render_html
 from mindwatch.report.summary import render_text, summarize
 from mindwatch.runlog import read_rank_log, read_run
@@ -48,6 +49,7 @@ def _watchdogs(others=frozenset()):
 
 
 def test_a_stall_is_reported_while_it_lasts_once_then_the_run_completes(tmp_path):
+    others = frozenset(_watchdogs())
     log_path = tmp_path / "rank_0.jsonl"
     monitor = Monitor(str(tmp_path), stream=io.StringIO(), hang_timeout_s=0.5,
                       hardware_interval_s=0.1)
@@ -79,7 +81,7 @@ def test_a_stall_is_reported_while_it_lasts_once_then_the_run_completes(tmp_path
     assert records[1]["step"] == 5
     monitor.observe(step=6, loss=1.0)
     monitor.close()
-    assert not _watchdogs()
+    assert not _watchdogs(others)
     log = read_rank_log(str(log_path))
     assert log.end["reason"] == "completed" and log.end["steps"] == 6
     assert [a["step"] for a in log.anomalies] == [3, 5]
@@ -233,3 +235,11 @@ def test_summary_names_the_ranks_that_hung_and_where(tmp_path):
     assert '<div class="hung" id="hung">' in page
     assert page.count("<li>rank ") == 2
     assert "stall_in_the_data_loader (test_hang_watchdog.py:" in page
+    # Compared with a run that did not hang, each hang names its run.
+    clean = Monitor(str(tmp_path / "clean"), stream=io.StringIO(), hardware_interval_s=None)
+    clean.observe(step=1, loss=1.0)
+    clean.close()
+    page = render_compare([run, read_run(str(tmp_path / "clean"))], ["stalled", "clean"])
+    assert '<div class="hung" id="hung">' in page
+    assert page.count("<li>stalled: rank ") == 2 and "<li>clean:" not in page
+    assert "<li>stalled: rank 1 after step 1 (no step end for " in page

@@ -143,6 +143,33 @@ def test_render_shows_steps_hardware_and_last_five_anomalies():
     assert "7 in all" in text and "running" in text and "3.50 s" in text
 
 
+def _row(text, rank):
+    return next(line for line in text.splitlines() if line.strip().startswith(f"{rank} "))
+
+
+def test_a_rank_stuck_since_its_hang_report_shows_hung_until_a_step_ends():
+    state = WatchState("runs/x")
+    state.exists = True
+    hang = {"kind": "anomaly", "rank": 1, "time": 9.0, "anomaly": "hang", "step": 3,
+            "value": 650.0, "threshold": 600.0, "message": "no step end", "actions": ["warn"],
+            "checkpoint": None, "report": None, "where": "wait (threading.py:320)"}
+    state.update([RUN, dict(RUN, rank=1), _step(3), _step(4), _step(3, rank=1), hang])
+    text = _text(render(state))
+    assert "hung >10m50s" in _row(text, 1) and "running" in _row(text, 0)
+    state.update([_step(4, rank=1)])           # the rank came back
+    assert "running" in _row(_text(render(state)), 1)
+
+
+def test_throughput_is_tokens_and_mfu_when_the_run_logs_them():
+    state = WatchState("runs/x")
+    state.exists = True
+    state.update([RUN, dict(_step(1), samples_per_s=80.0, tokens_per_s=40960.0, mfu=0.4123),
+                  dict(RUN, rank=1), dict(_step(1, rank=1), samples_per_s=80.0)])
+    text = _text(render(state))
+    assert "41.0k tok/s 41.2%" in _row(text, 0)
+    assert "80.0 samples/s" in _row(text, 1) and "tok/s" not in _row(text, 1)
+
+
 def test_sparkline():
     assert sparkline([1.0, 2.0, 3.0, 4.0]) == "▁▃▆█"
     assert sparkline([1.0, float("nan"), None, 1.0]) == "▁! ▁"

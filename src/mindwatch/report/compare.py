@@ -1,8 +1,9 @@
 """``mindwatch report RUN_DIR RUN_DIR ...``: several runs on one self-contained page, to
 compare them: every curve of every run drawn over the others on one step axis
-(``overlay.py``), a table of the runs (``runs.py``), and the ranks, anomalies and settings of
-each run, in tables that name the run. The page is built like a one-run page (``html.py``):
-data embedded as strict JSON, ``plot.js`` inlined, text from the logs escaped.
+(``overlay.py``), a table of the runs (``runs.py``), and the ranks, anomalies, hangs,
+recovery (withheld updates, rewinds) and settings of each run, each naming its run. The page
+is built like a one-run page (``html.py``): data embedded as strict JSON, ``plot.js``
+inlined, text from the logs escaped.
 
 Each run is scanned and downsampled as on a page of its own, so the page grows with the
 number of runs, never with their length.
@@ -22,6 +23,7 @@ from . import html as page  # the building blocks of a one-run page: one look fo
 from .overlay import overlay, run_colour
 from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, run_settings, scan_logs
 from .png import draw_pngs, marked_steps
+from .recovery import comparison_recovery
 from .runs import RunRow, run_row
 
 _esc = html.escape
@@ -104,6 +106,7 @@ def render_compare(runs: list[RunLog], labels: list[str], *, max_points: int = 2
         f'<p class="meta">{len(runs)} runs, {ranks} rank(s), {_esc(verdict)}; generated '
         f'{_esc(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>',
         page._skipped_note(list(zip(labels, runs, strict=True))),
+        page._hung_note(zip(labels, anomalies, strict=True)),
         '<div id="errors" class="errors"></div>',
         "<noscript>The charts need JavaScript; the tables do not.</noscript>",
         "<h2>Runs</h2>",
@@ -118,6 +121,7 @@ def render_compare(runs: list[RunLog], labels: list[str], *, max_points: int = 2
         page._table(["run", "step", "rank", "kind", "value", "threshold", "actions", "message",
                 "report"], anomaly_rows, "anomalies") if total else "<p>None.</p>",
         f"<p>More anomalies are in the run logs ({_esc(', '.join(more))}).</p>" if more else "",
+        comparison_recovery(labels, scans, page._table, page._cell),
         "<h2>Settings and versions</h2>",
         "<p>Rows where the runs differ are highlighted.</p>",
         page._table(["setting", *labels], _settings_rows(scans), "config"),

@@ -124,14 +124,17 @@ def settings_pairs(settings: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return info + list(_flatten("", settings.get(Run.CONFIG) or {}))
 
 
-def _hung_note(anomalies: Iterable[Mapping[str, Any]]) -> str:
-    """The ranks that hung and where their training thread waited, above the charts."""
-    hangs = [{Common.RANK: a.get(Common.RANK), **{name: a.get(name) for name in (
-        Anomaly.STEP, Anomaly.VALUE, Anomaly.WHERE)}}
-             for a in anomalies if a.get(Anomaly.ANOMALY) == HANG]
+def _hung_note(runs: Iterable[tuple[str, Iterable[Mapping[str, Any]]]]) -> str:
+    """The ranks that hung and where their training thread waited, above the charts: one
+    item per hang, prefixed by its run's label on a page of several runs (label "": a page
+    of one run). ``runs``: ``(label, anomalies)`` pairs."""
+    hangs = [(label, {Common.RANK: a.get(Common.RANK), **{name: a.get(name) for name in (
+        Anomaly.STEP, Anomaly.VALUE, Anomaly.WHERE)}})
+             for label, anomalies in runs for a in anomalies if a.get(Anomaly.ANOMALY) == HANG]
     if not hangs:
         return ""
-    items = "".join(f"<li>{_esc(hang_text(h))}</li>" for h in hangs[:MAX_ANOMALY_ROWS])
+    items = "".join(f"<li>{_esc(f'{label}: ' if label else '')}{_esc(hang_text(h))}</li>"
+                    for label, h in hangs[:MAX_ANOMALY_ROWS])
     return f'<div class="hung" id="hung"><p>Hung (no step ended for the timeout):</p>' \
            f"<ul>{items}</ul></div>"
 
@@ -163,7 +166,8 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
         '<main id="report" data-rendered="0">', f"<h1>{_esc(title)}</h1>",
         f'<p class="meta">{len(run.ranks)} rank(s), {_esc(verdict)}; generated '
         f'{_esc(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>',
-        _skipped_note([("", run)]), _hung_note(anomalies), '<div id="errors" class="errors"></div>',
+        _skipped_note([("", run)]), _hung_note([("", anomalies)]),
+        '<div id="errors" class="errors"></div>',
         "<noscript>The charts need JavaScript; the tables below do not.</noscript>",
         '<div id="panels"></div>', "<h2>Ranks</h2>",
         _table(["rank", "host", "pid", "last step", "end", "elapsed", "anomalies", "torn tail",

@@ -29,6 +29,7 @@ from rich.text import Text
 
 from .. import format as fmt
 from .. import records
+from ..anomaly import HANG
 from ..records import Anomaly, Common, Device, End, Hardware, Run, Step, device_label
 from ..runlog import RunLogError
 from ..runlog.follower import Follower
@@ -79,7 +80,22 @@ def _status(state: RankState) -> Text:
     if state.end is not None:
         reason = state.end.get(End.REASON)
         return Text(str(reason), style="green" if reason == records.COMPLETED else "red")
+    hang = state.anomalies[-1] if state.anomalies else None
+    if hang is not None and hang.get(Anomaly.ANOMALY) == HANG and (
+            state.step is None or state.step.get(Step.STEP, 0) <= (hang.get(Anomaly.STEP) or 0)):
+        # No step has ended since the watchdog reported: the rank is still stuck.
+        return Text(f"hung >{fmt.duration(hang.get(Anomaly.VALUE))}",
+                    style="bold red")
     return Text("running", style="cyan")
+
+
+def _throughput(step: Mapping[str, Any]) -> str:
+    """Tokens/s and MFU when the run logs them (``tokens_per_sample``), else samples/s."""
+    tokens = step.get(Step.TOKENS_PER_S)
+    if tokens is None:
+        return fmt.rate(step.get(Step.SAMPLES_PER_S))
+    mfu = step.get(Step.MFU)
+    return fmt.rate(tokens, "tok") + (f" {fmt.fraction_percent(mfu)}" if mfu is not None else "")
 
 
 def render(state: WatchState, *, elapsed_s: float | None = None, final: bool = False):
@@ -111,7 +127,7 @@ def render(state: WatchState, *, elapsed_s: float | None = None, final: bool = F
             fmt.number(step.get(Step.LOSS)), fmt.number(step.get(Step.LOSS_SMOOTH)),
             sparkline(rs.losses), fmt.lr(step.get(Step.LR)),
             fmt.number(step.get(Step.GRAD_NORM)), fmt.duration(step.get(Step.STEP_TIME_S)),
-            fmt.rate(step.get(Step.SAMPLES_PER_S)), _status(rs))
+            _throughput(step), _status(rs))
         if rs.hardware:
             hw = rs.hardware
             hardware.add_row(str(rank), fmt.percent(hw.get(Hardware.CPU_PERCENT)),
