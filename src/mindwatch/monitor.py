@@ -339,9 +339,10 @@ class Monitor(BackgroundInputs, RankDecisions):
             **fields})
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to keep its history: detector windows, loss average."""
-        return {**self.loss_stats.state_dict(), "last_step": self.last_step,
-                "rewinds": self.rewinds.rewinds,
+        """What a resumed run needs to keep its history: detector windows, loss average,
+        withheld updates and rewinds counted towards escalation."""
+        return {**self.loss_stats.state_dict(), **self.skips.state_dict(),
+                "last_step": self.last_step, "rewinds": self.rewinds.rewinds,
                 "detectors": [d.state_dict() for d in self.detectors]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -354,7 +355,7 @@ class Monitor(BackgroundInputs, RankDecisions):
         for detector, detector_state in zip(self.detectors, detectors, strict=True):
             detector.load_state_dict(detector_state)
         self.loss_stats.load_state_dict(state)
-        self.skips.refresh()
+        self.skips.load_state_dict(state)
         self.rewinds.rewinds = int(state.get("rewinds", 0))
         self._segment.last_step = state.get("last_step", self._segment.last_step)
 

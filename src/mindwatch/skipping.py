@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .anomaly import (
     GRAD_SPIKE,
@@ -107,6 +109,15 @@ class SkipGuard:
         if not obs.skipped:            # a withheld value stays out of the windows
             self.refresh()
         return found, notice
+
+    def state_dict(self) -> dict[str, Any]:
+        """The steps whose update was withheld within the escalation window, so a resumed
+        run escalates after ``max_skips`` in all, not ``max_skips`` more."""
+        return {"withheld_steps": list(self._withheld)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._withheld = deque(int(step) for step in state.get("withheld_steps", []))
+        self.refresh()
 
     def _count_withheld(self, obs: StepObservation) -> int:
         """Withheld updates in the ESCALATION_STEPS steps before this one; records this one."""

@@ -1,4 +1,5 @@
 """on_anomaly "skip" in the core: limits from the spike windows, actions, escalation."""
+import json
 import math
 
 from mindwatch import Monitor
@@ -46,6 +47,21 @@ def test_withheld_steps_are_reported_and_escalate_after_max_skips(tmp_path, stre
         [["skip"]], [["skip"]], [["skip", "checkpoint", "stop"]]]
     assert "still above the spike limit" in found[1][0].message
     assert "max_skips=2" in found[2][0].message and monitor.stop_requested is found[2][0]
+
+
+def test_a_resumed_run_counts_the_updates_withheld_before_it(tmp_path, stream, clock):
+    first = _monitor(tmp_path / "a", stream, clock, on_anomaly="skip", max_skips=2)
+    _warm_up(first)
+    first.observe(step=7, loss=100.0, skipped=True)
+    first.observe(step=8, loss=100.0, skipped=True)
+    state = json.loads(json.dumps(first.state_dict()))          # saved as JSON beside a ckpt
+    assert state["withheld_steps"] == [7, 8]
+    first.close()
+    resumed = _monitor(tmp_path / "b", stream, clock, on_anomaly="skip", max_skips=2)
+    resumed.load_state_dict(state)
+    [third] = resumed.observe(step=9, loss=100.0, skipped=True)
+    assert third.actions == ["skip", "checkpoint", "stop"] and "max_skips=2" in third.message
+    resumed.close()
 
 
 def test_skips_older_than_100_steps_do_not_count(tmp_path, stream, clock):
