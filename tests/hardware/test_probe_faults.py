@@ -39,6 +39,14 @@ def tool(tmp_path, body):
     return exe
 
 
+def info_calls(tmp_path):
+    """How many ``info`` calls ``tool``'s script has counted so far. The script rewrites the
+    file while it runs, so it can be read empty: that counts as none yet."""
+    path = tmp_path / "count"
+    text = path.read_text().strip() if path.exists() else ""
+    return int(text) if text else 0
+
+
 def one_card(tmp_path, fixtures):
     """The recorded table with its second card's block cut out: what npu-smi prints once a
     card has fallen off the bus."""
@@ -290,12 +298,13 @@ def test_monitor_logs_null_values_and_one_notice_for_a_lost_card(tmp_path, npu_s
                    f'elif [ $N -eq 1 ]; then {cat(npu_smi_fixtures / B1)}; else {cat(one)}; fi')
     monitor = Monitor(tmp_path / "run", stream=io.StringIO(), hardware_interval_s=0.02)
     step = 0
-    while step < 500 and int((tmp_path / "count").read_text() if (tmp_path / "count").exists()
-                             else 0) < 5:
-        step += 1
-        monitor.observe(step=step, loss=1.0, step_time_s=0.01)
-        time.sleep(0.01)
-    monitor.close()
+    try:
+        while step < 500 and info_calls(tmp_path) < 5:
+            step += 1
+            monitor.observe(step=step, loss=1.0, step_time_s=0.01)
+            time.sleep(0.01)
+    finally:
+        monitor.close()
     log = read_rank_log(monitor.log_path)
     npus = [[(d["index"], d["temp_c"]) for d in r["devices"] if d["type"] == "npu"]
             for r in log.of_kind("hardware")]

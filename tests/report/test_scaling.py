@@ -80,6 +80,15 @@ def measure(tmp_path, monkeypatch, name, **sizes):
     return summary, dict(calls), time.perf_counter() - start
 
 
+@pytest.fixture(autouse=True)
+def warm(tmp_path_factory):
+    """Both commands once, uncounted: their first run imports modules lazily (the parallel
+    reader's multiprocessing calls os.getcwd on import), which is not work per file."""
+    directory = tmp_path_factory.mktemp("warm") / "run"
+    make_run(directory, anomalies=1, unrelated=0, reports=0)
+    run_commands(directory, directory / "report.html")
+
+
 def test_unrelated_files_and_reports_cost_nothing(tmp_path, monkeypatch):
     small, calls_small, _ = measure(tmp_path, monkeypatch, "small", anomalies=20,
                                     unrelated=1000, reports=1000)
