@@ -147,7 +147,7 @@ class MonitoredTrainStep(nn.Cell):
             # SUM of 0/1 flags: MindSpore's CPU AllReduce has no MAX.
             self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
 
-    def _square_sum(self, grads):
+    def _global_square_sum(self, grads):
         """The squared global norm (float32 scalar), summed as OWN_SUM_MIN_ELEMENTS says."""
         sums = [ops.reduce_sum(_row_square_sums(grads[i])) for i in self.summed_alone]
         small = [_as_float32(ops.reshape(grads[i], (-1,))) for i in self.summed_together]
@@ -202,7 +202,7 @@ class MonitoredTrainStep(nn.Cell):
             param_sq_norms = ops.stack(self.hyper_map(_square_sum, grads))
             grad_norm = ops.sqrt(param_sq_norms.sum())
         else:
-            grad_norm = ops.sqrt(self._square_sum(grads))
+            grad_norm = ops.sqrt(self._global_square_sum(grads))
         if self.clip:
             factor = self.clip_norm / ops.maximum(grad_norm, self.clip_norm)
             grads = self.hyper_map(ops.partial(_scale, factor), grads)

@@ -84,8 +84,7 @@ def _status(state: RankState) -> Text:
     if hang is not None and hang.get(Anomaly.ANOMALY) == HANG and (
             state.step is None or state.step.get(Step.STEP, 0) <= (hang.get(Anomaly.STEP) or 0)):
         # No step has ended since the watchdog reported: the rank is still stuck.
-        return Text(f"hung >{fmt.duration(hang.get(Anomaly.VALUE))}",
-                    style="bold red")
+        return Text(f"hung >{fmt.duration(hang.get(Anomaly.VALUE))}", style="bold red")
     return Text("running", style="cyan")
 
 
