@@ -100,6 +100,8 @@ def main(log_dir, out_dir, scenario):
     if scenario == "hang_rank1":
         epochs = 1
         settings.update(hang_timeout_s=HANG_TIMEOUT_S)
+    if os.environ.get("ALERT_WEBHOOK"):      # the test's webhook service, on every rank
+        settings.update(alert_webhook=os.environ["ALERT_WEBHOOK"])
     net = make_regressor()
     monitor = TrainMonitor(log_dir, **settings)
     step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()),

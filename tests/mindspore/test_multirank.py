@@ -15,6 +15,7 @@ from multirank_trainer import HANG_TIMEOUT_S, STALL_STEP
 from test_overheat_e2e import heating_npu_smi
 
 from mindwatch.runlog import read_rank_log, read_run
+from webhook_service import Webhook
 
 pytestmark = [pytest.mark.msrun, pytest.mark.timeout(240)]
 HERE = Path(__file__).resolve().parent
@@ -144,7 +145,12 @@ def test_overheat_on_rank0_stops_rank1_too(tmp_path, npu_smi_fixtures):
     fake = tmp_path / "fake_npu"
     fake.mkdir()
     heating_npu_smi(fake, npu_smi_fixtures)
-    run, _ = msrun(tmp_path, "overheat_rank0", FAKE_NPU_DIR=str(fake))
+    hook = Webhook()
+    try:
+        run, _ = msrun(tmp_path, "overheat_rank0", FAKE_NPU_DIR=str(fake),
+                       ALERT_WEBHOOK=hook.url)
+    finally:
+        hook.close()
     first, second = run.ranks
     overheat = [a for a in first.anomalies if a["anomaly"] == "overheat"]
     assert len(overheat) == 1 and overheat[0]["value"] == 90.0
@@ -155,6 +161,10 @@ def test_overheat_on_rank0_stops_rank1_too(tmp_path, npu_smi_fixtures):
     assert first.end["reason"] == second.end["reason"] == "stopped"
     assert second.end["stopped_by"] == {"anomaly": "overheat", "step": peer["step"], "rank": 0}
     assert peer["checkpoint"] and os.path.exists(peer["checkpoint"])  # its weights saved too
+    # One stop, told once: by rank 0, which found it; rank 1 only followed (each rank closed
+    # its run log after draining its alerts, so every post has arrived).
+    assert [(p["body"]["event"], p["body"]["rank"], p["body"]["anomaly"]) for p in hook.posts] \
+        == [("anomaly", 0, "overheat"), ("end", 0, "overheat")]
 
 
 def test_a_rank_stalled_in_its_data_source_hangs_both_and_summary_names_them(tmp_path):

@@ -1,61 +1,16 @@
 """Alerts POSTed to a real local HTTP server: what is sent, in which shape, and that a dead or
 slow webhook neither raises into training nor slows it."""
-import json
 import os
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from mindwatch import Monitor
 from mindwatch.runlog import read_rank_log
-from mindwatch.sinks.alert import QUEUE_SIZE, AlertSink
-
-SECRET = "s3cr3t-token"
-
-
-class Webhook:
-    """A webhook service on loopback: keeps every POST; ``delay_s`` before answering,
-    ``status`` answered."""
-
-    def __init__(self, delay_s=0.0, status=200):
-        self.posts, self.arrived = [], threading.Condition()
-        self.release = threading.Event()        # ends a delayed answer early (teardown)
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                with hook.arrived:
-                    hook.posts.append({"path": self.path, "type": self.headers["Content-Type"],
-                                       "body": json.loads(body.decode("utf-8"))})
-                    hook.arrived.notify_all()
-                hook.release.wait(delay_s)
-                self.send_response(status)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook?access_token={SECRET}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def wait_for(self, count, timeout=10.0):
-        with self.arrived:
-            self.arrived.wait_for(lambda: len(self.posts) >= count, timeout)
-        return [post["body"] for post in self.posts]
-
-    def close(self):
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+from mindwatch.sinks.alert import QUEUE_SIZE, AlertSink, wants_alert
+from webhook_service import SECRET, Webhook
 
 
 @pytest.fixture
@@ -170,6 +125,18 @@ def test_an_error_end_without_anomaly_is_posted(tmp_path, clock, stream, webhook
     assert hook.posts[0]["body"]["text"].splitlines()[:2] == [
         f"mindwatch: training ended error (rank 0 on {socket.gethostname()})",
         "training ended error after step 1: RuntimeError: out of memory"]
+
+
+def test_a_stop_another_rank_decided_is_left_to_that_rank():
+    """Rank 1 stopped because rank 0 found an overheat: rank 0 posts it, rank 1 does not
+    (tests/mindspore/test_multirank.py checks the posts of a real two-rank run)."""
+    copy = {"kind": "anomaly", "rank": 1, "anomaly": "peer_stop", "step": 5,
+            "actions": ["checkpoint", "stop"]}
+    followed = {"kind": "end", "rank": 1, "reason": "stopped",
+                "stopped_by": {"anomaly": "overheat", "step": 5, "rank": 0}}
+    assert not wants_alert(copy) and not wants_alert(followed)
+    assert wants_alert(dict(followed, rank=0))
+    assert wants_alert({"kind": "end", "rank": 1, "reason": "error", "stopped_by": None})
 
 
 def test_a_hang_is_posted_whatever_its_actions(tmp_path, webhook):

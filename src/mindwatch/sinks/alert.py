@@ -1,5 +1,6 @@
 """Alerts that reach people: the records that need someone (an anomaly whose actions go
-beyond "warn", a ``hang``, an end other than ``completed``) POSTed to a webhook.
+beyond "warn", a ``hang``, an end other than ``completed``; on many ranks, a shared stop
+from its finder only) POSTed to a webhook.
 
 The training thread never waits on the network: ``write`` puts the alert on a bounded queue
 that one daemon thread drains, POSTing each with a 5 s timeout; a full queue drops the alert
@@ -21,9 +22,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import records
-from ..anomaly import HANG
+from ..anomaly import HANG, PEER_STOP
 from ..once import OnceMessages
-from ..records import Anomaly, Common, End
+from ..records import Anomaly, Common, End, StoppedBy
 from .alert_body import alert_from_anomaly, alert_from_end, shaped
 from .base import Sink
 from .webhook import TIMEOUT_S, post_json, redacted_url
@@ -34,12 +35,24 @@ _FAILED, _DROPPED = "failed", "dropped"     # OnceMessages keys
 
 
 def wants_alert(record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` needs someone. On a run of many ranks, a stop that one rank decided
+    is posted by that rank alone (its anomaly and its end): the ``peer_stop`` copies and the
+    ends of the ranks that stopped with it would be one post per rank, a thousand for one
+    event on a large job. Each rank still posts what happened to it (its own anomalies, its
+    hang, its crash, a signal it received)."""
     kind = record.get(Common.KIND)
     if kind == records.ANOMALY:
+        anomaly = record.get(Anomaly.ANOMALY)
+        if anomaly == PEER_STOP:
+            return False
         actions = record.get(Anomaly.ACTIONS) or []
         # A hang is always worth waking someone for, even under "warn".
-        return record.get(Anomaly.ANOMALY) == HANG or any(a != "warn" for a in actions)
-    return kind == records.END and record.get(End.REASON) != records.COMPLETED
+        return anomaly == HANG or any(a != "warn" for a in actions)
+    if kind != records.END or record.get(End.REASON) == records.COMPLETED:
+        return False
+    stopped_by = record.get(End.STOPPED_BY)
+    return not isinstance(stopped_by, Mapping) or \
+        stopped_by.get(StoppedBy.RANK) == record.get(Common.RANK)
 
 
 class AlertSink(Sink):
