@@ -61,6 +61,12 @@ def rate(per_s: float | None, unit: str = "samples") -> str:
     return f"{per_s:.1f} {unit}/s"
 
 
+def token_rate(tokens_per_s: float | None, mfu: float | None = None) -> str:
+    """"12.3k tok/s MFU 41.2%", or "12.3k tok/s" without an MFU (no ``peak_tflops``)."""
+    text = rate(tokens_per_s, "tok")
+    return text + (f" MFU {fraction_percent(mfu)}" if mfu is not None else "")
+
+
 def fraction_percent(value: float | None) -> str:
     """A fraction as a percentage with one decimal: 0.4123 -> "41.2%" (MFU)."""
     if value is None or not math.isfinite(value):

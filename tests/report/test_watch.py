@@ -166,7 +166,7 @@ def test_throughput_is_tokens_and_mfu_when_the_run_logs_them():
     state.update([RUN, dict(_step(1), samples_per_s=80.0, tokens_per_s=40960.0, mfu=0.4123),
                   dict(RUN, rank=1), dict(_step(1, rank=1), samples_per_s=80.0)])
     text = _text(render(state))
-    assert "41.0k tok/s 41.2%" in _row(text, 0)
+    assert "41.0k tok/s MFU 41.2%" in _row(text, 0)
     assert "80.0 samples/s" in _row(text, 1) and "tok/s" not in _row(text, 1)
 
 

@@ -93,8 +93,7 @@ def _throughput(step: Mapping[str, Any]) -> str:
     tokens = step.get(Step.TOKENS_PER_S)
     if tokens is None:
         return fmt.rate(step.get(Step.SAMPLES_PER_S))
-    mfu = step.get(Step.MFU)
-    return fmt.rate(tokens, "tok") + (f" {fmt.fraction_percent(mfu)}" if mfu is not None else "")
+    return fmt.token_rate(tokens, step.get(Step.MFU))
 
 
 def render(state: WatchState, *, elapsed_s: float | None = None, final: bool = False):

@@ -123,6 +123,5 @@ class ConsoleSink(Sink):
 
 def _tokens(record: Mapping[str, Any]) -> str:
     """" | 12.3k tok/s MFU 41.2%" when the step record has them (``tokens_per_sample``)."""
-    tokens, mfu = record.get(Step.TOKENS_PER_S), record.get(Step.MFU)
-    text = f" | {fmt.rate(tokens, 'tok')}" if tokens is not None else ""
-    return text + (f" MFU {fmt.fraction_percent(mfu)}" if mfu is not None else "")
+    tokens = record.get(Step.TOKENS_PER_S)
+    return f" | {fmt.token_rate(tokens, record.get(Step.MFU))}" if tokens is not None else ""
