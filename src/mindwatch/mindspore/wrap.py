@@ -149,7 +149,7 @@ class MonitoredTrainStep(nn.Cell):
 
     def _global_square_sum(self, grads):
         """The squared global norm (float32 scalar), summed as OWN_SUM_MIN_ELEMENTS says."""
-        sums = [ops.reduce_sum(_row_square_sums(grads[i])) for i in self.summed_alone]
+        sums = [_square_sum_tensor(grads[i]) for i in self.summed_alone]
         small = [_as_float32(ops.reshape(grads[i], (-1,))) for i in self.summed_together]
         if small:
             vector = ops.cat(small) if len(small) > 1 else small[0]

@@ -128,9 +128,8 @@ def _hung_note(runs: Iterable[tuple[str, Iterable[Mapping[str, Any]]]]) -> str:
     """The ranks that hung and where their training thread waited, above the charts: one
     item per hang, prefixed by its run's label on a page of several runs (label "": a page
     of one run). ``runs``: ``(label, anomalies)`` pairs."""
-    hangs = [(label, {Common.RANK: a.get(Common.RANK), **{name: a.get(name) for name in (
-        Anomaly.STEP, Anomaly.VALUE, Anomaly.WHERE)}})
-             for label, anomalies in runs for a in anomalies if a.get(Anomaly.ANOMALY) == HANG]
+    hangs = [(label, a) for label, anomalies in runs for a in anomalies
+             if a.get(Anomaly.ANOMALY) == HANG]
     if not hangs:
         return ""
     items = "".join(f"<li>{_esc(f'{label}: ' if label else '')}{_esc(hang_text(h))}</li>"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from typing import Any
 
 from .. import format as fmt
@@ -165,12 +166,14 @@ def _throughput_note(figures: dict[str, Any], lead: str = "; median ") -> str:
             + (f", MFU {fmt.fraction_percent(mfu)}" if mfu is not None else ""))
 
 
-def hang_text(hang: dict[str, Any]) -> str:
-    """"rank 1 after step 5 (no step end for 3.2 s), waiting in f (a.py:3) <- ..."."""
-    step = hang[Anomaly.STEP]
-    return (f"rank {hang[Common.RANK]} {f'after step {step}' if step else 'before its first step'}"
-            f" (no step end for {fmt.duration(hang[Anomaly.VALUE])}), waiting in "
-            f"{hang[Anomaly.WHERE] or 'an unknown place'}")
+def hang_text(hang: Mapping[str, Any]) -> str:
+    """"rank 1 after step 5 (no step end for 3.2 s), waiting in f (a.py:3) <- ...", from a
+    ``hang`` anomaly record or an entry of the summary's hangs."""
+    step = hang.get(Anomaly.STEP)
+    return (f"rank {hang.get(Common.RANK)} "
+            f"{f'after step {step}' if step else 'before its first step'}"
+            f" (no step end for {fmt.duration(hang.get(Anomaly.VALUE))}), waiting in "
+            f"{hang.get(Anomaly.WHERE) or 'an unknown place'}")
 
 
 def skipped_note(count: int, at: list[int]) -> str:
