@@ -11,7 +11,7 @@ from . import records
 from .anomaly import Anomaly
 from .records import Anomaly as Record
 from .records import Common, Step
-from .run_dir import anomaly_report_stem, write_text_atomically
+from .run_dir import unused_report_stem, write_text_atomically
 
 HISTORY_STEPS = 50
 # The step fields each history row keeps.
@@ -24,8 +24,9 @@ NOTES, RESUME, HARDWARE, TOP_LAYERS, HISTORY = (
 def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: list[Mapping[str, Any]],
                  hardware: Mapping[str, Any] | None, notes: list[str],
                  resume_snippet: str | None, top_layers: list[list] | None = None) -> str:
-    """Write both files; returns the JSON path. ``history`` is the last step records."""
-    stem = anomaly_report_stem(log_dir, anomaly.step or 0, rank)
+    """Write both files, under a name no earlier report holds (``unused_report_stem``);
+    returns the JSON path. ``history`` is the last step records."""
+    stem = unused_report_stem(log_dir, anomaly.step or 0, rank, anomaly.kind)
     os.makedirs(os.path.dirname(stem), exist_ok=True)
     steps = [{name: r.get(name) for name in HISTORY_FIELDS} for r in history[-HISTORY_STEPS:]]
     body: dict[str, Any] = {

@@ -21,6 +21,12 @@ def number(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 step", "2 steps", "0 steps": the noun agrees with the number. ``plural`` for the
+    nouns that do not just take an "s" ("ANOMALY", "ANOMALIES")."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def decade(exponent: int) -> str:
     """10 ** exponent as people write it: 0.001 ... 100000, then 1e+6 or 1e-4."""
     if -3 <= exponent <= 5:

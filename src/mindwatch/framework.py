@@ -30,6 +30,26 @@ SinkFactory = Callable[[SinkContext], Sink]
 
 
 @dataclass(frozen=True, kw_only=True)
+class SavedStates:
+    """Training states that something else saved (MindSpore's ``ModelCheckpoint``), for a
+    report to name the last good one when mindwatch's own checkpoint holds a bad update.
+
+    - ``states``: ``(step, path)`` of each file still on disk, oldest first; the file holds
+      the weights after that step's update.
+    - ``saves_at_end``: who saves the weights once more when training ends (e.g.
+      ``"ModelCheckpoint (prefix 'net' in ckpt/)"``), or None.
+    """
+
+    states: tuple[tuple[int, str], ...] = ()
+    saves_at_end: str | None = None
+
+    def last_before(self, step: int) -> tuple[int, str] | None:
+        """The newest state saved before ``step``'s update."""
+        earlier = [state for state in self.states if state[0] < step]
+        return earlier[-1] if earlier else None
+
+
+@dataclass(frozen=True, kw_only=True)
 class FrameworkHooks:
     """The framework's side of the monitor; every hook is optional.
 
@@ -51,6 +71,10 @@ class FrameworkHooks:
       ``on_anomaly="rewind"``, called on the training thread at step ends.
     - ``sinks``: views only the framework can write, keyed by the boolean setting that
       switches each on (``{"mindinsight": factory}``); opened with every run segment.
+    - ``unprotected() -> str or None``: None when the train step withholds anomalous
+      updates itself; else why this set-up cannot, and what the user can change so that
+      it does (asked at report time).
+    - ``saved_states() -> SavedStates``: what other parts of the training script saved.
     """
 
     versions: Mapping[str, str | None] = field(default_factory=dict)
@@ -60,9 +84,12 @@ class FrameworkHooks:
     memory_reader: Callable[[], Mapping[str, Any]] | None = None
     snapshots: SnapshotStore | None = None
     sinks: Mapping[str, SinkFactory] = field(default_factory=dict)
+    unprotected: Callable[[], str | None] | None = None
+    saved_states: Callable[[], SavedStates] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("save_checkpoint", "resume_hint", "notes", "memory_reader"):
+        for name in ("save_checkpoint", "resume_hint", "notes", "memory_reader", "unprotected",
+                     "saved_states"):
             hook = getattr(self, name)
             if hook is not None and not callable(hook):
                 raise TypeError(f"FrameworkHooks.{name} must be callable or None; got "

@@ -18,7 +18,7 @@ from .anomaly import (
     Anomaly,
 )
 from .clock import Clock, SystemClock
-from .detectors import Detector, SpikeDetector, build_detectors
+from .detectors import Detector, LrAnomalyDetector, SpikeDetector, build_detectors
 from .framework import FrameworkHooks
 from .loss_stats import LossStats
 from .monitor_background import BackgroundInputs
@@ -28,7 +28,7 @@ from .peers import Peers
 from .policy import Policy
 from .rank import rank_from_env
 from .records import Anomaly as AnomalyRecord
-from .records import End, Notice, Run, Versions
+from .records import End, Epoch, Notice, Run, Versions
 from .responder import Responder
 from .rewinding import RewindGuard, require_snapshots
 from .run_dir import prepare
@@ -108,7 +108,9 @@ class Monitor(BackgroundInputs, RankDecisions):
         # on_anomaly "skip": the limits handed to wrap's graph, the actions, escalation.
         self.skips = SkipGuard(self.policy, max_skips=self.settings.max_skips,
                                loss_spike=spikes.get(LOSS_SPIKE),
-                               grad_spike=spikes.get(GRAD_SPIKE))
+                               grad_spike=spikes.get(GRAD_SPIKE),
+                               lr_rule=next((d for d in self.detectors
+                                             if isinstance(d, LrAnomalyDetector)), None))
         # on_anomaly "rewind": snapshots, the target, escalation (the framework copies).
         self.rewinds = RewindGuard(self.policy, snapshot_every=self.settings.snapshot_every,
                                    snapshots_kept=self.settings.snapshots_kept,
@@ -290,11 +292,19 @@ class Monitor(BackgroundInputs, RankDecisions):
         self._ensure_started()
         self._emit(records.NOTICE, {Notice.MESSAGE: message, **fields})
 
-    def end_epoch(self) -> None:
-        """Emit the pending epoch's record (mean loss, convergence against the last one)."""
+    def end_epoch(self, evaluation: Mapping[str, float | None] | None = None) -> None:
+        """Emit the pending epoch's record (mean loss, convergence against the last one);
+        ``evaluation``: metric name -> value of an evaluation at this epoch's end."""
         fields = self.loss_stats.end_epoch()
         if fields is not None:
+            if evaluation:
+                fields[Epoch.EVAL] = dict(evaluation)
             self._emit(records.EPOCH, fields)
+
+    def evaluating(self) -> None:
+        """Work that is no training step made progress (an evaluation batch between epochs):
+        the hang watchdog counts it as life, without taking it for a step's pace."""
+        self._watchdog.progress(self.clock.perf_counter())
 
     # -- the pipeline -------------------------------------------------------------------------
     def _process(self, obs: StepObservation) -> list[Anomaly]:

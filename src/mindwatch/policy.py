@@ -1,7 +1,8 @@
 """The single place that decides what to do about each kind of anomaly."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 
 from .anomaly import (
     ANOMALY_KINDS,
@@ -51,6 +52,9 @@ DEFAULT_POLICIES.update({
     LOSS_NONFINITE: CHECKPOINT_AND_STOP,
     GRADIENT_NONFINITE: CHECKPOINT_AND_STOP,
     GRADIENT_EXPLODE: CHECKPOINT_AND_STOP,
+    # a non-finite or negative LR, or one far above the run's peak: one such update wrecks
+    # the weights (detectors/lr_anomaly.py), and with wrap it is withheld on the step
+    LR_ANOMALY: CHECKPOINT_AND_STOP,
     OVERHEAT: CHECKPOINT_AND_STOP,
 })
 
@@ -60,6 +64,16 @@ _ACTIONS = {WARN: ["warn"], STOP: ["stop"], CHECKPOINT_AND_STOP: ["checkpoint", 
             SKIP: ["warn"], REWIND: ["rewind"], ABORT: ["abort"]}
 
 PolicySpec = str | Mapping[str, str] | None
+
+
+def did_you_mean(name: object, known: Iterable[str]) -> str:
+    """" (did you mean 'grad_explode'?)", to follow a mistyped ``name`` in an error message:
+    the closest known name, so it is not lost in the list of all of them; "" when none is
+    close (difflib's default cutoff, a 0.6 similarity ratio: a far guess would mislead)."""
+    if not isinstance(name, str):
+        return ""
+    match = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def _check_policy(policy: object, where: str, kind: str | None = None) -> str:
@@ -96,7 +110,8 @@ def resolve_policies(spec: PolicySpec) -> dict[str, str]:
     table = dict(DEFAULT_POLICIES)
     for kind, policy in spec.items():
         if kind not in CONFIGURABLE_KINDS:
-            raise ValueError(f"on_anomaly has unknown anomaly kind {kind!r}; "
+            raise ValueError(f"on_anomaly has unknown anomaly kind {kind!r}"
+                             f"{did_you_mean(kind, CONFIGURABLE_KINDS)}; "
                              f"known kinds: {', '.join(CONFIGURABLE_KINDS)}")
         table[kind] = _check_policy(policy, f"on_anomaly[{kind!r}]", kind)
     return table

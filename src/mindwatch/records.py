@@ -135,6 +135,8 @@ class Epoch(Fields):
     LOSS_CHANGE = optional("loss_change", nonfinite=True)
     CONVERGING = optional("converging")
     NONFINITE_LOSSES = optional("nonfinite_losses")
+    # Model.fit's evaluation at this epoch's end: metric name -> value (eval_loss included)
+    EVAL = optional("eval", nonfinite=True)
 
 
 class Hardware(Fields):

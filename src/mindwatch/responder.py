@@ -14,11 +14,12 @@ from typing import Any
 
 from .anomaly import GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH, Anomaly
 from .anomaly_report import HISTORY_STEPS, write_report
-from .framework import FrameworkHooks
+from .framework import FrameworkHooks, SavedStates
 from .hang_report import write_hang_report
 from .once import OnceMessages
 from .policy import Policy
 from .records import Step
+from .skipping import not_withheld_reason
 
 GRADIENT_KINDS = (GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, GRAD_SPIKE)
 TOP_LAYERS = 5
@@ -82,8 +83,9 @@ class Responder:
                                                         "anomaly"), True
                 anomaly.checkpoint = checkpoint
             if anomaly.actions != ["warn"]:
+                target = self.resume_target(anomaly)
                 anomaly.report = self._write_report(
-                    anomaly, resume_hint(checkpoint) if checkpoint and resume_hint else None)
+                    anomaly, resume_hint(target) if target and resume_hint else None)
 
     def _write_report(self, anomaly: Anomaly, resume: str | None) -> str | None:
         return self._guarded(f"the anomaly report for step {anomaly.step}", lambda: write_report(
@@ -126,6 +128,43 @@ class Responder:
                                                           if math.isfinite(item[1]) else 0))
         return [[name, value] for name, value in ranked[:TOP_LAYERS]]
 
+    def _bad_update_notes(self, anomaly: Anomaly) -> list[str]:
+        """The checkpoint holds the anomalous step's update: why, what the user can change,
+        and the last good state that exists (said once: who saves the bad weights again)."""
+        step = anomaly.step
+        unprotected = self.framework.unprotected
+        why = unprotected() if unprotected is not None else None
+        why = why or not_withheld_reason(anomaly.kind, self.policy.policy_for(anomaly.kind))
+        notes = [f"the checkpoint's weights INCLUDE step {step}'s update ({why})"]
+        saved = self.saved_states()
+        last_good = saved.last_before(step) if step is not None else None
+        if last_good is not None:
+            notes.append(f"the last good state on disk is {last_good[1]} (saved after step "
+                         f"{last_good[0]}); resume from it, not from this checkpoint")
+        else:
+            notes.append(f"no training state saved before step {step} exists")
+        if saved.saves_at_end:
+            later = (f"{saved.saves_at_end} saves the weights again when training ends: that "
+                     f"newest file INCLUDES step {step}'s update too")
+            notes.append(later)
+            self._problems.report(("saves_at_end",), later)     # said once on the console
+        return notes
+
+    def saved_states(self) -> SavedStates:
+        hook = self.framework.saved_states
+        return hook() if hook is not None else SavedStates()
+
+    def resume_target(self, anomaly: Anomaly) -> str | None:
+        """Where to resume from: the anomaly's checkpoint when it holds good weights, else
+        the last good state saved before the anomaly's step (None when there is none)."""
+        last: Mapping[str, Any] | None = self.history[-1] if self.history else None
+        bad = (anomaly.checkpoint is not None and last is not None
+               and last.get(Step.STEP) == anomaly.step and not last.get(Step.SKIPPED))
+        if not bad:
+            return anomaly.checkpoint
+        found = self.saved_states().last_before(anomaly.step) if anomaly.step else None
+        return found[1] if found is not None else None
+
     def _notes(self, anomaly: Anomaly) -> list[str]:
         notes = self.framework.report_notes()
         last: Mapping[str, Any] | None = self.history[-1] if self.history else None
@@ -134,9 +173,7 @@ class Responder:
                 notes.append(f"the checkpoint holds the last good weights: step {anomaly.step}'s "
                              "update was withheld")
             else:
-                notes.append(f"the checkpoint's weights INCLUDE step {anomaly.step}'s update "
-                             "(it was not withheld: train with monitor.wrap(..., "
-                             "skip_anomalous_updates=True) to keep the last good weights)")
+                notes += self._bad_update_notes(anomaly)
         if "checkpoint" in anomaly.actions and self._failed_checkpoint is not None:
             notes.append(f"the checkpoint could not be written: {self._failed_checkpoint}")
         elif "checkpoint" in anomaly.actions and anomaly.checkpoint is None:

@@ -47,9 +47,27 @@ def rank_of(path: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def anomaly_report_stem(log_dir: str, step: int, rank: int) -> str:
-    return os.path.join(log_dir, "anomalies",
+def anomaly_report_stem(log_dir: str, step: int, rank: int, kind: str | None = None) -> str:
+    """``anomalies/step<N>_rank<R>``; with ``kind``: ``..._<kind>``, for a second anomaly of
+    the same step."""
+    stem = os.path.join(log_dir, "anomalies",
                         f"step{_index('step', step)}_rank{_index('rank', rank)}")
+    return stem if kind is None else f"{stem}_{_name_part('kind', kind)}"
+
+
+def unused_report_stem(log_dir: str, step: int, rank: int, kind: str) -> str:
+    """The stem of a new anomaly report that overwrites none written before: the plain one,
+    else with the anomaly's kind (two anomalies of one step), else numbered (a run resumed
+    over the same steps). Reports are written on the training thread, one at a time."""
+    stem = anomaly_report_stem(log_dir, step, rank)
+    candidates = [stem, anomaly_report_stem(log_dir, step, rank, kind)]
+    for candidate in candidates:
+        if not os.path.exists(candidate + ".json"):
+            return candidate
+    number = 2
+    while os.path.exists(f"{candidates[-1]}_{number}.json"):
+        number += 1
+    return f"{candidates[-1]}_{number}"
 
 
 def hang_report_stem(log_dir: str, step: int, rank: int) -> str:

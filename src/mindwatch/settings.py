@@ -14,7 +14,7 @@ from typing import Any
 
 # The checks live in .checks; they are re-exported here, where other modules import them.
 from .checks import check_bool, check_choice, check_int, check_number, check_token
-from .policy import resolve_policies
+from .policy import did_you_mean, resolve_policies
 from .sinks.alert_body import ALERT_FORMATS
 from .sinks.webhook import check_webhook, redacted_url
 
@@ -280,12 +280,15 @@ class MonitorSettings:
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> MonitorSettings:
-        """Like the constructor, with an error for unknown names that lists the known ones."""
-        known = {f.name for f in dataclasses.fields(cls) if f.init}
-        unknown = sorted(set(kwargs) - known)
+        """Like the constructor, with an error for unknown names that suggests the closest
+        known name of each typo and lists all the known ones."""
+        known = sorted(f.name for f in dataclasses.fields(cls) if f.init)
+        unknown = sorted(set(kwargs) - set(known))
         if unknown:
-            raise TypeError(f"unknown setting(s) {', '.join(unknown)}; "
-                            f"known settings: {', '.join(sorted(known))}")
+            # Each guess follows the name it corrects: with several typos, each has its own.
+            named = ", ".join(name + did_you_mean(name, known) for name in unknown)
+            raise TypeError(f"unknown setting{'s' if len(unknown) > 1 else ''} {named}; "
+                            f"known settings: {', '.join(known)}")
         return cls(**kwargs)
 
     def as_record(self) -> dict[str, Any]:

@@ -5,8 +5,12 @@ host's part is here:
 
 - **Limits**: after each step, the loss and gradient-norm values that would fire the spike
   rules at the next step (``SpikeDetector.limit``; ``inf`` during the warm-up or when the
-  kind is not on "skip"). The adapter hands them to the graph, which withholds the update of
-  a step whose loss or norm is above them (or non-finite, or the norm above grad_explode).
+  kind is not on "skip"), and the LR above which the next step is a blow-up
+  (``LrAnomalyDetector.limit``, whenever ``lr_anomaly`` is not on "warn": withholding is
+  then what the user asked for, and a "warn" user whose schedule jumps on purpose keeps
+  training). The adapter hands them to the graph, which withholds the update of a step
+  whose loss, norm or LR is above them (and of any step with a non-finite loss, norm or LR,
+  a negative LR, or a norm above grad_explode, whatever the policies).
 - **Actions**: an anomaly of a skippable kind on "skip" gets ``["skip"]`` when the step's
   update was withheld (the adapter repeats the graph's float32 decision into
   ``skipped``), else ``["warn"]`` (without wrap nothing can be withheld: said once).
@@ -33,16 +37,36 @@ from .anomaly import (
     GRADIENT_NONFINITE,
     LOSS_NONFINITE,
     LOSS_SPIKE,
+    LR_ANOMALY,
     Anomaly,
 )
+from .detectors.lr_anomaly import LrAnomalyDetector
 from .detectors.spike import SpikeDetector
 from .observation import StepObservation
-from .policy import SKIP, Policy
+from .policy import REWINDABLE_KINDS, SKIP, WARN, Policy
 
 # Kinds found on the step itself, before its update could be applied, by values the graph
 # can compare: only these can be withheld.
-SKIPPABLE_KINDS = (LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, LOSS_SPIKE, GRAD_SPIKE)
+SKIPPABLE_KINDS = (LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, LOSS_SPIKE, GRAD_SPIKE,
+                   LR_ANOMALY)
 ESCALATION_STEPS = 100        # steps over which withheld updates count towards max_skips
+# Withheld by wrap's graph whatever their policy (lr_anomaly unless on "warn").
+ALWAYS_WITHHELD = (LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, LR_ANOMALY)
+
+
+def not_withheld_reason(kind: str, policy: str) -> str:
+    """Why a train step that withholds anomalous updates still applied this one, and what
+    would withhold it: the advice a report gives about its checkpoint."""
+    if kind in ALWAYS_WITHHELD:
+        return (f"its values were within the graph's limits when the step ran; the {kind} "
+                "was found by the host's rule")
+    if kind in SKIPPABLE_KINDS:
+        return (f"a {kind} is withheld on the step only under on_anomaly={{{kind!r}: 'skip'}}"
+                f"; its policy is {policy!r}")
+    return (f"a {kind} is found from the steps before, after the update was applied; "
+            f"on_anomaly={{{kind!r}: 'rewind'}} goes back to a snapshot from before its onset"
+            if kind in REWINDABLE_KINDS else
+            f"a {kind} is not a fault of the update, which nothing withholds")
 
 
 @dataclass(frozen=True)
@@ -50,39 +74,35 @@ class SkipLimits:
     """In force for the next step: its update is withheld above these (``inf``: no limit)."""
     loss: float = math.inf
     grad_norm: float = math.inf
+    lr: float = math.inf
 
 
 class SkipGuard:
     def __init__(self, policy: Policy, *, max_skips: int, loss_spike: SpikeDetector | None,
-                 grad_spike: SpikeDetector | None):
+                 grad_spike: SpikeDetector | None, lr_rule: LrAnomalyDetector | None = None):
         self.kinds = frozenset(k for k in SKIPPABLE_KINDS if policy.policy_for(k) == SKIP)
         self.max_skips = max_skips
         self._loss_spike = loss_spike if LOSS_SPIKE in self.kinds else None
         self._grad_spike = grad_spike if GRAD_SPIKE in self.kinds else None
+        self._lr_rule = lr_rule if policy.policy_for(LR_ANOMALY) != WARN else None
         self._withheld: deque[int] = deque()        # steps whose update was withheld
         self._said_not_withheld = False
         self.limits = SkipLimits()
         self.refresh()
 
-    @property
-    def limits_loss(self) -> bool:
-        """The graph must compare the loss (NaN and +Inf fail ``loss <= inf``)."""
-        return bool(self.kinds & {LOSS_SPIKE, LOSS_NONFINITE})
-
-    @property
-    def limits_grad_norm(self) -> bool:
-        return GRAD_SPIKE in self.kinds
-
     def refresh(self) -> None:
-        """Recompute the limits from the spike rules' windows (after a step, a loaded state)."""
+        """Recompute the limits from the rules' windows (after a step, a loaded state)."""
         self.limits = SkipLimits(
             loss=self._loss_spike.limit() if self._loss_spike is not None else math.inf,
-            grad_norm=self._grad_spike.limit() if self._grad_spike is not None else math.inf)
+            grad_norm=self._grad_spike.limit() if self._grad_spike is not None else math.inf,
+            lr=self._lr_rule.limit() if self._lr_rule is not None else math.inf)
 
     def review(self, obs: StepObservation, found: list[Anomaly]) -> tuple[list[Anomaly],
                                                                            str | None]:
         """Set the actions of this step's "skip" anomalies, add the repeats; returns them and
         a notice to say (once: "skip" could not withhold anything), or None."""
+        if not obs.skipped:            # a withheld value stays out of the windows
+            self.refresh()
         if not self.kinds:
             return found, None
         prior = self._count_withheld(obs)
@@ -106,8 +126,6 @@ class SkipGuard:
                     f"{self.max_skips}), so skipping does not cure this fault")
             else:
                 anomaly.actions = ["skip"]
-        if not obs.skipped:            # a withheld value stays out of the windows
-            self.refresh()
         return found, notice
 
     def state_dict(self) -> dict[str, Any]:

@@ -112,6 +112,13 @@ class HangWatchdog:
             self.intervals.append(now - previous)
         self._last = (now, step, threading.get_ident(), True)
 
+    def progress(self, now: float) -> None:
+        """Something other than a step made progress at ``now`` (an evaluation batch): no
+        hang while it goes on, and no interval for the step pace (an evaluation's length says
+        nothing about a training step's)."""
+        _, step, thread_id, stepped = self._last
+        self._last = (now, step, thread_id, stepped)
+
     def timeout(self) -> float:
         """The timeout in force now."""
         return timeout_in_force(self.timeout_s, self.intervals, first_step=not self._last[3])

@@ -107,7 +107,7 @@ def test_anomalies_and_a_crash_are_both_named(tmp_path):
     assert _train(tmp_path, run_dir, "nan_then_kill") == -signal.SIGKILL
     code, text, result = _summary(run_dir)
     assert code == 1
-    assert result["verdict"] == "1 ANOMALIES, NO END RECORD (running or crashed)"
+    assert result["verdict"] == "1 ANOMALY, NO END RECORD (running or crashed)"
     assert "step 2: loss_nonfinite [warn]" in text
 
 
@@ -119,3 +119,44 @@ def test_one_rank_that_did_not_end_spoils_the_run(tmp_path):
     assert code == 1 and [r["end"] for r in result["ranks"]] == [
         "completed", "running or crashed (no end record)"]
     assert text.splitlines()[0].endswith(": NO END RECORD (running or crashed)")
+
+
+def _recovered_log(run_dir, count):
+    """A finished one-rank log of ``count`` steps, each withheld (on_anomaly "skip") and
+    then rewound, each with its anomaly, and ``count`` unreadable lines after the run record:
+    every counted noun of the summary text at that count."""
+    run_dir.mkdir()
+    lines = [json.dumps({"kind": "run", "rank": 0, "time": 1.0, "schema": 1, "world_size": 1,
+                         "host": "h", "pid": 1, "config": {}, "versions": {}})]
+    lines += ["}{"] * count                        # torn or foreign lines: skipped, counted
+    for step in range(1, count + 1):
+        lines.append(json.dumps({"kind": "step", "rank": 0, "time": 1.0 + step, "step": step,
+                                 "epoch": 1, "loss": 2.0, "loss_smooth": 2.0, "lr": 1e-3,
+                                 "grad_norm": 1.0, "step_time_s": 0.5, "skipped": True}))
+        lines.append(json.dumps({"kind": "anomaly", "rank": 0, "time": 1.5 + step,
+                                 "anomaly": "loss_spike", "step": step, "value": 2.0,
+                                 "threshold": 1.0, "message": f"spike {step}",
+                                 "actions": ["rewind"], "checkpoint": None, "report": None}))
+        lines.append(json.dumps({"kind": "rewind", "rank": 0, "time": 1.6 + step,
+                                 "step": step, "to_step": step - 1, "anomaly": "loss_spike",
+                                 "rewinds": step, "origin_rank": 0}))
+    lines.append(json.dumps({"kind": "end", "rank": 0, "time": 9.0, "reason": "completed",
+                             "steps": count, "elapsed_s": 8.0}))
+    (run_dir / "rank_0.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("count, verdict, rank_line", [
+    (1, "1 ANOMALY", "  rank 0: 1 step, completed in 8.00 s; loss 2 -> 2 (smoothed); "
+     "1 update withheld; 1 rewind (step 1 -> 0); 1 unreadable line skipped (line 2)"),
+    (2, "2 ANOMALIES", "  rank 0: 2 steps, completed in 8.00 s; loss 2 -> 2 (smoothed); "
+     "2 updates withheld; 2 rewinds (step 1 -> 0, step 2 -> 1); "
+     "2 unreadable lines skipped (lines 2, 3)"),
+])
+def test_every_count_in_the_summary_text_agrees_in_number(tmp_path, count, verdict,
+                                                          rank_line):
+    run_dir = tmp_path / "run"
+    _recovered_log(run_dir, count)
+    code, text, result = _summary(run_dir)
+    assert code == 1 and result["verdict"] == verdict
+    assert result["skipped_steps"] == count and result["rewinds"] == count
+    assert text.splitlines()[:2] == [f"{run_dir}: {verdict}", rank_line]

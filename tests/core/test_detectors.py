@@ -116,6 +116,37 @@ def test_lr_anomaly():
     assert kinds(LrAnomalyDetector(), [1e-3, math.nan, 1e-3], field="lr") == [2]
 
 
+def test_a_warm_restart_is_no_lr_anomaly_a_blow_up_past_the_peak_is():
+    # SGDR: cosine from 1e-3 down to 1e-6, then back to 1e-3 in one step (a 1000x jump)
+    cycle = [1e-6 + (1e-3 - 1e-6) * (1 + math.cos(math.pi * k / 20)) / 2 for k in range(21)]
+    assert kinds(LrAnomalyDetector(), cycle * 3, field="lr") == []
+    # a per-step LR list with a typo: 1e-3 ... 1e3; applied (no wrap), 1e3 becomes the peak
+    blow_up = [1e-3] * 19 + [1e3] * 3
+    assert kinds(LrAnomalyDetector(), blow_up, field="lr") == [20]
+    # withheld (wrap), every step above the limit is one
+    assert kinds(LrAnomalyDetector(), blow_up, field="lr", skipped=True) == []    # no peak yet
+    detector = LrAnomalyDetector()
+    detector.update(obs(1, lr=1e-3))
+    assert kinds(detector, [1e3] * 3, field="lr", skipped=True) == [1, 2, 3]
+
+
+def test_a_withheld_lr_does_not_raise_the_peak_and_the_limit_moves_in_steps():
+    detector = LrAnomalyDetector(jump_factor=10.0)
+    assert detector.limit() == math.inf
+    detector.update(obs(1, lr=1e-3))
+    limit = detector.limit()
+    assert 1e-2 <= limit < 1.05e-2                          # the peak rounded up to 5%
+    detector.update(obs(2, lr=1.01e-3))                     # inside the same 5% step
+    assert detector.limit() == limit
+    found = detector.update(obs(3, lr=1.0, skipped=True))
+    assert [a.threshold for a in found] == [limit]
+    assert detector.limit() == limit                        # the withheld 1.0 is no peak
+    assert [a.step for a in detector.update(obs(4, lr=1.0))] == [4]
+    group = obs(5, lr=1e-3)
+    group.lr_groups = [1e-3, 50.0]                          # any group's LR counts
+    assert detector.update(group)
+
+
 def test_every_detector_state_round_trips():
     settings = MonitorSettings(spike_warmup=5, spike_window=16, loss_rising_window=8)
     first, second = build_detectors(settings), build_detectors(settings)

@@ -32,6 +32,44 @@ def test_unknown_setting_lists_known_ones(tmp_path):
         Monitor(str(tmp_path), grad_exlpode=5.0)
 
 
+@pytest.mark.parametrize("typo, guess", [("grad_exploed", "grad_explode"),
+                                         ("print_intervall", "print_interval"),
+                                         ("tensorbord", "tensorboard")])
+def test_a_mistyped_setting_gets_the_closest_name_then_the_full_list(tmp_path, typo, guess):
+    with pytest.raises(TypeError) as error:
+        Monitor(str(tmp_path), **{typo: 5})
+    message = str(error.value)
+    assert message.startswith(f"unknown setting {typo} (did you mean {guess!r}?); "
+                              "known settings: alert_format, alert_webhook, ")
+    assert message.endswith(", tensorboard, tokens_per_sample")
+    assert len(message.split("known settings: ")[1].split(", ")) == 43
+
+
+def test_each_of_several_typos_has_its_own_guess_and_a_far_name_none(tmp_path):
+    with pytest.raises(TypeError) as error:
+        Monitor(str(tmp_path), grad_exploed=5.0, learning_rate=1e-3)
+    assert str(error.value).startswith("unknown settings grad_exploed (did you mean "
+                                       "'grad_explode'?), learning_rate; known settings: ")
+    with pytest.raises(TypeError) as error:
+        Monitor(str(tmp_path), learning_rate=1e-3)
+    assert str(error.value).startswith("unknown setting learning_rate; known settings: ")
+    assert "did you mean" not in str(error.value)
+
+
+@pytest.mark.parametrize("kind, hint", [
+    ("gradient_boom", " (did you mean 'gradient_explode'?)"),
+    ("loss_spikes", " (did you mean 'loss_spike'?)"),
+    ("learning_rate", ""),                       # far from every kind: no guess
+])
+def test_an_unknown_anomaly_kind_gets_the_closest_kind(kind, hint):
+    with pytest.raises(ValueError) as error:
+        MonitorSettings(on_anomaly={kind: "stop"})
+    assert str(error.value) == (
+        f"on_anomaly has unknown anomaly kind {kind!r}{hint}; known kinds: loss_nonfinite, "
+        "gradient_nonfinite, gradient_explode, gradient_vanish, loss_spike, grad_spike, "
+        "loss_rising, lr_anomaly, overheat, memory_pressure, straggler, hang")
+
+
 def test_policies_default_and_overrides():
     assert MonitorSettings().policies == DEFAULT_POLICIES
     assert DEFAULT_POLICIES["gradient_explode"] == "checkpoint_and_stop"

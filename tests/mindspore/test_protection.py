@@ -27,7 +27,11 @@ def test_without_wrap_the_report_says_the_weights_include_the_bad_update(tmp_pat
     report = json.loads((tmp_path / "anomalies" / "step4_rank0.json").read_text())
     assert any("INCLUDE step 4's update" in note for note in report["notes"])
     assert [row["step"] for row in report["history"]] == [1, 2, 3, 4]
-    assert "load_checkpoint" in report["resume"]
+    # the advice fits this set-up (a plain Model), and nothing points at the bad weights
+    assert any("build it with monitor.wrap(net_with_loss, optimizer)" in note
+               for note in report["notes"])
+    assert "no training state saved before step 4 exists" in report["notes"]
+    assert report["resume"] is None
     markdown = (tmp_path / "anomalies" / "step4_rank0.md").read_text()
     assert "INCLUDE step 4's update" in markdown
 

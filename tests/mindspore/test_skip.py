@@ -88,7 +88,7 @@ def test_the_host_repeats_the_graphs_float32_loss_decision(tmp_path, quiet, grap
     loss = read_outputs(step(x, y), wrapped_by=step).loss
     below = float(np.nextafter(np.float32(loss), np.float32(0)))
     for limit, applied in ((loss, True), (below, False), (float("inf"), True)):
-        step.set_limits(limit, float("inf"))
+        step.set_limits(loss=limit)
         before = weights_of(step)["global_step"][0]
         out = read_outputs(step(x, y), wrapped_by=step)
         assert out.loss == loss
@@ -97,18 +97,24 @@ def test_the_host_repeats_the_graphs_float32_loss_decision(tmp_path, quiet, grap
     norm = out.grad_norm                                 # the same at every step here
     under = float(np.nextafter(np.float32(norm), np.float32(0)))
     for limit, applied in ((norm, True), (under, False)):
-        step.set_limits(float("inf"), limit)
+        step.set_limits(grad_norm=limit)
         before = weights_of(step)["global_step"][0]
         out = read_outputs(step(x, y), wrapped_by=step)
         assert out.grad_norm == norm and out.skipped is not applied
         assert bool(weights_of(step)["global_step"][0] > before) is applied, limit
-    assert step.update_applied(0.0, float("nan")) is False
-    step.set_limits(float("inf"), 0.1)                  # the norm limit, not exact in float32
+    # stats: loss, grad norm, LR
+    assert step.update_applied([float("nan"), 0.0, 0.0]) is False
+    for loss_value in (float("inf"), -float("inf")):     # past every limit, even "none"
+        assert step.update_applied([loss_value, 0.0, 0.0]) is False
+    step.set_limits(grad_norm=0.1)                       # the norm limit, not exact in float32
     bound = np.float32(0.1)
-    assert step.update_applied(float(bound), 1.0) is True
-    assert step.update_applied(float(np.nextafter(bound, np.float32(1))), 1.0) is False
-    step.set_limits(float("inf"), 1e40)                 # beyond float32: grad_explode decides
-    assert step.update_applied(100.0, 1.0) and not step.update_applied(100.01, 1.0)
+    assert step.update_applied([1.0, float(bound), 0.0]) is True
+    assert step.update_applied([1.0, float(np.nextafter(bound, np.float32(1))), 0.0]) is False
+    step.set_limits(grad_norm=1e40)                      # beyond float32: grad_explode decides
+    assert step.update_applied([1.0, 100.0, 0.0]) and not step.update_applied([1.0, 100.01, 0.0])
+    step.set_limits(lr=1e-3)
+    assert step.update_applied([1.0, 1.0, 1e-3]) is True
+    assert not step.update_applied([1.0, 1.0, 1.01e-3]) and not step.update_applied([1, 1, -1e-9])
 
 
 def test_without_wrap_skip_warns_and_says_so_once(tmp_path, quiet, graph_mode):

@@ -160,13 +160,20 @@ def test_the_host_repeats_the_graphs_float32_decision(tmp_path, quiet):
     net = make_regressor()
     step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params()))
     bound = np.float32(0.1)
-    assert step.update_applied(float(bound)) is True          # the graph compares with <=
-    assert step.update_applied(float(np.nextafter(bound, np.float32(1)))) is False
-    assert not step.update_applied(float("nan")) and not step.update_applied(float("inf"))
+
+    def applied(norm, loss=1.0, lr=1e-3):               # the stats vector: loss, norm, LR
+        return step.update_applied([loss, norm, lr])
+
+    assert applied(float(bound)) is True                   # the graph compares with <=
+    assert applied(float(np.nextafter(bound, np.float32(1)))) is False
+    assert not applied(float("nan")) and not applied(float("inf"))
+    # a non-finite loss or LR, or a negative LR, withholds the update whatever the policies
+    assert not applied(0.01, loss=float("inf")) and not applied(0.01, loss=float("nan"))
+    assert not applied(0.01, lr=float("inf")) and not applied(0.01, lr=-1e-3)
     keep = TrainMonitor(str(tmp_path / "keep"), stream=quiet, grad_explode=0.1).wrap(
         nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params()),
         skip_anomalous_updates=False)
-    assert keep.update_applied(float("nan")) is True
+    assert keep.update_applied([float("nan")] * 3) is True
 
 
 def test_a_checkpoint_loaded_between_steps_is_trained_on(tmp_path, quiet, graph_mode):

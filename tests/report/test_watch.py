@@ -3,6 +3,8 @@ import io
 import json
 import math
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -252,3 +254,75 @@ def test_cli_watch(tmp_path, capsys):
     assert err.startswith("mindwatch watch: ") and err.count("\n") == 1
     assert main(["watch", str(tmp_path), "--refresh", "0"]) == 2
     assert os.path.exists(tmp_path / "rank_0.jsonl")
+
+
+# -- into a file ------------------------------------------------------------------------------
+LONG_MESSAGE = ("device temperature 97°C > 90°C on npu3 for 5 samples in a row (the last "
+                "readings 95°C, 96°C, 96°C, 97°C, 97°C); a checkpoint was written before the "
+                "stop, see runs/wide/checkpoints/overheat_step3_rank7.ckpt for the weights")
+DEVICES = "; ".join(f"npu{i} 93% 61°C 30.0 GB" for i in range(8))
+
+
+def _wide_run(run_dir, ranks=8):
+    """A finished run whose rows are wider than 80 columns: 8 ranks of 8 NPUs each, tokens/s
+    with MFU, and an anomaly with a long message."""
+    run_dir.mkdir()
+    for rank in range(ranks):
+        records = [dict(RUN, rank=rank, world_size=ranks, total_steps=1000)]
+        records += [dict(_step(s, rank=rank, loss=4.0 / s), samples_per_s=80.0,
+                         tokens_per_s=40960.0, mfu=0.4123) for s in (1, 2, 3)]
+        records.append({"kind": "hardware", "rank": rank, "time": 6.0, "cpu_percent": 42.0,
+                        "mem_used_gb": 12.5, "rss_gb": 2.25, "devices": [
+                            {"type": "npu", "index": i, "util_percent": 93.0,
+                             "mem_used_mb": 30720.0, "mem_total_mb": 65536.0, "temp_c": 61.0,
+                             "power_w": None} for i in range(8)]})
+        if rank == 7:
+            records.append({"kind": "anomaly", "rank": 7, "time": 7.0, "anomaly": "overheat",
+                            "step": 3, "value": 97.0, "threshold": 90.0,
+                            "message": LONG_MESSAGE, "actions": ["checkpoint", "stop"],
+                            "checkpoint": None, "report": None})
+        records.append({"kind": "end", "rank": rank, "time": 8.0, "reason": "completed",
+                        "steps": 3, "elapsed_s": 6.0})
+        (run_dir / f"rank_{rank}.jsonl").write_text("".join(map(_line, records)))
+
+
+def _watch_into_a_file(tmp_path, run_dir, **env):
+    """The real `mindwatch watch` with its stdout a file (no terminal); returns its lines.
+    Without the variables that set rich's width or make it act as on a terminal."""
+    out = tmp_path / "watch.txt"
+    environment = {k: v for k, v in os.environ.items() if k not in (
+        "COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")} | env
+    with open(out, "w") as handle:
+        done = subprocess.run([sys.executable, "-m", "mindwatch.cli", "watch", str(run_dir)],
+                              stdout=handle, stderr=subprocess.PIPE, text=True, env=environment,
+                              stdin=subprocess.DEVNULL, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    return out.read_text(encoding="utf-8").splitlines()
+
+
+def test_watch_into_a_file_cuts_no_row(tmp_path):
+    run_dir = tmp_path / "wide"
+    _wide_run(run_dir)
+    lines = _watch_into_a_file(tmp_path, run_dir)
+    assert lines[0].startswith(f"mindwatch watch (final): {run_dir}: 8/8 rank(s), 8 ended, "
+                               "watching for ")
+    for rank in range(8):                                    # every column of every rank
+        assert _row("\n".join(lines), rank).split() == [
+            str(rank), "3/1000", "1.333", "1.333", "█▃▁", "1.00e-03", "1", "100.0", "ms",
+            "41.0k", "tok/s", "MFU", "41.2%", "completed"]
+    devices = [line for line in lines if DEVICES in line]
+    assert [line.split()[:6] for line in devices] == [
+        [str(rank), "42%", "12.5", "GB", "2.2", "GB"] for rank in range(8)]
+    message = [line for line in lines if LONG_MESSAGE in line]
+    assert len(message) == 1 and message[0].split()[:6] == [
+        "3", "7", "overheat", "97", "checkpoint,", "stop"]
+    assert max(map(len, lines)) == len(message[0])           # as wide as its widest row
+
+
+def test_watch_into_a_file_keeps_the_width_columns_asks_for(tmp_path):
+    run_dir = tmp_path / "wide"
+    _wide_run(run_dir)
+    lines = _watch_into_a_file(tmp_path, run_dir, COLUMNS="100")
+    assert max(map(len, lines)) == 100
+    assert _row("\n".join(lines), 0).startswith("   0  3/10…  1.3… ")     # cut, as asked
+    assert not [line for line in lines if LONG_MESSAGE in line]          # wrapped

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import mindspore as ms
+import numpy as np
 from mindspore import nn
 from mindspore.train import Callback
 
@@ -23,6 +24,7 @@ from .lr import LrReader
 from .memory import mindspore_memory_reader
 from .mindinsight import open_mindinsight_sink
 from .outputs import read_outputs
+from .saved_states import ModelCheckpointWatch
 from .snapshots import TrainStateSnapshots
 from .wrap import MonitoredTrainStep
 
@@ -69,7 +71,9 @@ class TrainMonitor(Callback):
             resume_hint=resume_snippet, notes=self._report_notes,
             memory_reader=mindspore_memory_reader(),
             snapshots=TrainStateSnapshots(self._train_cell),
-            sinks={"mindinsight": open_mindinsight_sink})
+            sinks={"mindinsight": open_mindinsight_sink}, unprotected=self._unprotected,
+            saved_states=lambda: self._saved.states())
+        self._saved = ModelCheckpointWatch()
         self.train_step: MonitoredTrainStep | None = None
         self.monitor = Monitor(
             log_dir, rank=rank.rank, world_size=rank.world_size, local_rank=rank.local_rank,
@@ -83,7 +87,13 @@ class TrainMonitor(Callback):
         self._data_time: float | None = None
         self._sink_error: SinkError | None = None
         self._lr = LrReader()
-        self._pushed_limits: tuple[float, float] | None = None
+        self._pushed_limits: tuple[float, float, float] | None = None
+        # MindSpore enters every callback as a context manager around training, and again
+        # around each evaluation Model.fit runs between epochs: only the outermost exit ends
+        # the run.
+        self._entered = 0
+        self._training = False
+        self._evaluation: dict[str, float | None] | None = None
 
     # -- public API -------------------------------------------------------------------
     @property
@@ -130,12 +140,10 @@ class TrainMonitor(Callback):
         check_bool("skip_anomalous_updates", skip_anomalous_updates)
         check_number("sens", sens, low=0.0, low_open=True)
         check_bool("per_layer_norms", per_layer_norms)
-        skips = self.monitor.skips
         self.train_step = MonitoredTrainStep(
             net_with_loss, optimizer, grad_explode=self.settings.grad_explode,
             clip_grad_norm=clip_grad_norm, skip_anomalous_updates=skip_anomalous_updates,
-            sens=sens, per_layer_norms=per_layer_norms, limit_loss=skips.limits_loss,
-            limit_grad_norm=skips.limits_grad_norm)
+            sens=sens, per_layer_norms=per_layer_norms)
         self._pushed_limits = None               # a new graph holds no limits yet
         self._push_skip_limits()
         self._layers = LayerGrouping([p.name for p in optimizer.parameters])
@@ -162,11 +170,12 @@ class TrainMonitor(Callback):
         if self.train_step is None:
             return
         limits = self.monitor.skips.limits
+        current = (limits.loss, limits.grad_norm, limits.lr)
         pushed = self._pushed_limits
-        if pushed is None or _moved(pushed[0], limits.loss) or _moved(pushed[1],
-                                                                     limits.grad_norm):
-            self.train_step.set_limits(limits.loss, limits.grad_norm)
-            self._pushed_limits = (limits.loss, limits.grad_norm)
+        if pushed is None or any(map(_moved, pushed, current)):
+            self.train_step.set_limits(loss=limits.loss, grad_norm=limits.grad_norm,
+                                       lr=limits.lr)
+            self._pushed_limits = current
 
     def close(self) -> None:
         """End the run cleanly (the ``end`` record; sinks closed); for custom loops.
@@ -191,6 +200,9 @@ class TrainMonitor(Callback):
     def on_train_begin(self, run_context) -> None:
         cb = run_context.original_args()
         self._cb_params = cb
+        self._training = True
+        self._evaluation = None
+        self._saved.begin(cb)
         self._last_step_num = int(getattr(cb, "cur_step_num", 0) or 0)
         epochs, per_epoch = getattr(cb, "epoch_num", None), getattr(cb, "batch_num", None)
         total = self._last_step_num + epochs * per_epoch if epochs and per_epoch else None
@@ -235,6 +247,7 @@ class TrainMonitor(Callback):
         step_time = (now - self._mark) / covered if self._mark is not None else None
         self._mark = now
         self._last_step_num = step
+        self._saved.step_end()
         out = read_outputs(cb.net_outputs,
                            wrapped_by=self.train_step if self._is_wrapped(cb) else None)
         lrs = out.lr_groups
@@ -276,20 +289,48 @@ class TrainMonitor(Callback):
             run_context.request_stop()
 
     def on_train_epoch_end(self, run_context) -> None:
-        self.monitor.end_epoch()
+        evaluation, self._evaluation = self._evaluation, None
+        self.monitor.end_epoch(evaluation)
+
+    # Model.fit evaluates between epochs, inside the training run: its batches are progress
+    # (no hang), its results go into the epoch's record, and it ends nothing.
+    def on_eval_begin(self, run_context) -> None:
+        if self._training:
+            self.monitor.evaluating()
+
+    def on_eval_step_end(self, run_context) -> None:
+        if self._training:
+            self.monitor.evaluating()
+
+    def on_eval_end(self, run_context) -> None:
+        if self._training:
+            self.monitor.evaluating()
+            results = getattr(run_context.original_args(), "eval_results", None)
+            if isinstance(results, Mapping):
+                self._evaluation = {str(name): _number(value) for name, value in results.items()}
 
     def on_train_end(self, run_context) -> None:
+        self._training = False
         self.monitor.close()
         error, self._sink_error = self._sink_error, None
         if error is not None:
             raise error
 
+    def __enter__(self) -> TrainMonitor:
+        self._entered += 1
+        return self
+
     def __exit__(self, exc_type, exc, traceback) -> None:
-        # MindSpore enters every callback as a context manager around training, so this runs
-        # on an exception too, when on_train_end never will.
+        # Runs on an exception too, when on_train_end never will. An evaluation's exit (the
+        # inner one in Model.fit) must not end the run; an error there still does.
+        self._entered = max(self._entered - 1, 0)
+        if not self._training:          # a standalone model.eval(), or training has ended
+            return
         if exc is not None:
+            self._training = False
             self.monitor.close(reason="error", error=f"{exc_type.__name__}: {exc}")
-        else:
+        elif self._entered == 0:
+            self._training = False
             self.monitor.close()
 
     # -- helpers ----------------------------------------------------------------------------
@@ -323,6 +364,18 @@ class TrainMonitor(Callback):
         except Exception:  # a dataset without batch information: throughput stays null
             return None
 
+    def _unprotected(self) -> str | None:
+        """Why this set-up cannot withhold an anomalous update, with what to change."""
+        cb = self._cb_params
+        if self.train_step is None or (cb is not None and not self._is_wrapped(cb)):
+            return ("the train cell does not withhold anomalous updates: build it with "
+                    "monitor.wrap(net_with_loss, optimizer) and train Model(train_step), or "
+                    "monitor.jit_step(forward_fn, optimizer) in a custom loop")
+        if not self.train_step.skip_anomalous:
+            return ("monitor.wrap(..., skip_anomalous_updates=False) applies every update: "
+                    "leave skip_anomalous_updates=True, the default")
+        return None
+
     def _report_notes(self) -> list[str]:
         if self.train_step is not None and not self.train_step.skip_anomalous:
             return ["wrap(skip_anomalous_updates=False): anomalous updates were applied"]
@@ -339,6 +392,16 @@ class TrainMonitor(Callback):
         if cell is None:
             return None
         return save_atomically(cell, self.monitor.log_dir, step, self.monitor.rank, reason)
+
+
+def _number(value: Any) -> float | None:
+    """An evaluation result as a Python float (metrics return numpy scalars or arrays);
+    None for what is not one number (a confusion matrix)."""
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return float(array.reshape(-1)[0]) if array.size == 1 else None
 
 
 LIMIT_SLACK = 0.02      # relative move of a skip limit that is worth a set_data

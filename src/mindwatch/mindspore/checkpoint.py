@@ -8,6 +8,7 @@ import mindspore as ms
 from mindspore import nn
 
 from ..run_dir import apply_umask, checkpoint_path
+from .wrap import OWN_PREFIX
 
 
 def save_atomically(cell: nn.Cell, log_dir: str, step: int, rank: int,
@@ -22,7 +23,8 @@ def save_atomically(cell: nn.Cell, log_dir: str, step: int, rank: int,
     # MindSpore writes "<name>.tmp" first and renames it to ``temporary``
     its_own = temporary[: -len(".ckpt")] + ".tmp"
     try:
-        ms.save_checkpoint(cell, temporary)
+        ms.save_checkpoint(cell, temporary,
+                           choice_func=lambda name: not name.startswith(OWN_PREFIX))
         # MindSpore leaves its file read-only for the owner alone (0o400): the user's umask
         # decides instead, as for every other file of the run directory
         apply_umask(temporary)

@@ -52,11 +52,10 @@ def read_outputs(outputs: Any, *, wrapped_by: MonitoredTrainStep | None = None) 
         # buffer's format string, on every step.
         stats = outputs[1].tolist()
         loss, grad_norm = stats[STAT_LOSS], stats[STAT_GRAD_NORM]
-        lr_end = wrapped_by.stats_lr_end        # -1: the ranks' loss verdict follows
+        lr_end = wrapped_by.stats_lr_end        # -1: the ranks' verdict follows
         return StepOutputs(
             loss=loss, grad_norm=grad_norm, lr_groups=stats[STAT_LR:lr_end],
-            skipped=not wrapped_by.update_applied(
-                grad_norm, loss, stats[-1] if lr_end is not None else None),
+            skipped=not wrapped_by.update_applied(stats),
             grads_finite=math.isfinite(grad_norm),
             param_sq_norms=outputs[2].asnumpy() if len(outputs) > 2 else None)
     if isinstance(outputs, (tuple, list)):

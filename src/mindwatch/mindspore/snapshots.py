@@ -18,8 +18,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
-# Parameters of mindwatch's own making in the train cell (wrap's skip limits).
-OWN_PREFIX = "mindwatch_"
+from .wrap import OWN_PREFIX
+
 
 
 class TrainStateSnapshots:

@@ -24,9 +24,15 @@ from .lr import group_indices
 # comparison, which ``update_applied`` repeats on the host (every graph kernel costs ~20 us
 # of launch on the CPU, more than its arithmetic).
 STAT_LOSS, STAT_GRAD_NORM, STAT_LR = 0, 1, 2     # LRs from 2 on, one per parameter group
-# With a loss limit under data parallelism, one more entry after the LRs: how many ranks'
-# losses were past their limit (summed over the ranks, in the graph), which the host needs
-# to repeat the decision and cannot derive from its own loss.
+# With skipping under data parallelism, one more entry after the LRs: how many ranks found
+# their step anomalous (summed over the ranks, in the graph), which the host needs to repeat
+# the decision and cannot derive from its own loss.
+
+# Parameters of mindwatch's own making in the train cell (the step limits): left out of
+# checkpoints and snapshots, since the host recomputes them.
+OWN_PREFIX = "mindwatch_"
+# "No limit" in the graph: the largest float32, not inf, so that +inf itself is past it.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 # How the squared global norm is summed. A gradient of at least this many elements is summed
 # on its own, row by row, so the runtime can sum it as soon as backward has produced it, while
@@ -77,17 +83,19 @@ class MonitoredTrainStep(nn.Cell):
     float32 vector: the loss, the pre-clip global L2 norm, then the LR used at this step,
     one entry per parameter group.
 
-    The update is applied when ``grad_norm <= grad_explode``. A NaN or Inf anywhere in the
-    gradients makes the norm non-finite, which fails that comparison too, so one comparison
-    covers both rules. The price: finite gradients whose squares overflow float32 (norm
-    above ~1.8e19) count as non-finite, which withholds the update all the same.
-
-    ``limit_loss``/``limit_grad_norm`` (on_anomaly "skip", see skipping.py): the update is
-    also withheld when the loss is above ``loss_limit`` (or NaN) or the norm above
-    ``grad_bound`` (``grad_explode`` or the spike limit, whichever is lower). Both are
-    Parameters the host sets between steps (``set_limits``), read in the condition, outside
-    the branch. Under data parallelism the ranks' loss verdicts are summed in the graph, so a
-    loss spike on one rank withholds the update on every rank.
+    With ``skip_anomalous_updates`` the update is applied only when every entry of the
+    ``stats`` vector lies within its bounds: the loss finite and at most the loss limit, the
+    norm at most ``grad_explode`` (or the spike limit, whichever is lower), every LR
+    non-negative and at most the LR limit. A NaN or Inf anywhere in the gradients makes the
+    norm non-finite, which fails its bound too. The price: finite gradients whose squares
+    overflow float32 (norm above ~1.8e19) count as non-finite, which withholds the update
+    all the same. The upper bounds are one Parameter vector the host sets between steps
+    (``set_limits``: the spike limits under on_anomaly "skip", the LR limit, see
+    skipping.py), read in the condition, outside the branch; "no limit" is the largest
+    float32, so a non-finite value is always past it. Four vector kernels decide every rule
+    at once (~80 us on the CPU). Under data parallelism the ranks' verdicts are summed in
+    the graph (one scalar AllReduce), so a loss that is non-finite or spiking on one rank
+    withholds the update on every rank and the replicas stay identical.
 
     On the CPU the ``if`` around the optimizer costs a fixed ~1 ms per step (5% of the demo
     model's 24 ms step): MindSpore runs each branch as its own kernel graph there. On Ascend
@@ -96,8 +104,7 @@ class MonitoredTrainStep(nn.Cell):
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
                  clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
-                 sens: float = 1.0, per_layer_norms: bool = False, limit_loss: bool = False,
-                 limit_grad_norm: bool = False):
+                 sens: float = 1.0, per_layer_norms: bool = False):
         super().__init__(auto_prefix=False)
         self.network = network
         self.network.set_grad()
@@ -106,9 +113,8 @@ class MonitoredTrainStep(nn.Cell):
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         self.sens = float(sens)
         self.hyper_map = ops.HyperMap()
-        self.grad_explode = ms.Tensor(grad_explode, ms.float32)
-        # The same threshold as the graph compares against, rounded to float32 the same way.
-        self._grad_explode_f32 = float(np.float32(grad_explode))
+        # The norm's bound as the graph holds it; a spike limit can only lower it.
+        self._norm_cap = _bound(grad_explode)
         self.clip = clip_grad_norm is not None
         self.clip_norm = ms.Tensor(clip_grad_norm if self.clip else 1.0, ms.float32)
         self.skip_anomalous = skip_anomalous_updates
@@ -132,18 +138,18 @@ class MonitoredTrainStep(nn.Cell):
         if data_parallel:
             self.grad_reducer = DistributedGradReducer(self.weights, _get_gradients_mean(),
                                                        _get_device_num())
-        # Compile-time switches: without "skip" the graph is the one without limits.
-        self.limit_loss = skip_anomalous_updates and limit_loss
-        self.limit_grad_norm = skip_anomalous_updates and limit_grad_norm
-        self.share_loss_verdict = self.limit_loss and data_parallel
-        self.stats_lr_end = -1 if self.share_loss_verdict else None
-        self._loss_limit_f32 = math.inf
-        self._grad_bound_f32 = self._grad_explode_f32
-        if self.limit_loss:
-            self.loss_limit = _limit("mindwatch_loss_limit", math.inf)
-        if self.limit_grad_norm:
-            self.grad_bound = _limit("mindwatch_grad_bound", self._grad_explode_f32)
-        if self.share_loss_verdict:
+        self.share_verdict = skip_anomalous_updates and data_parallel
+        self.stats_lr_end = -1 if self.share_verdict else None
+        # The bounds of the stats vector (loss, norm, LR per group), as float32 values: the
+        # graph's, repeated on the host by ``update_applied``.
+        lrs = len(self.lr_group_indices) if self.group_lr else 1
+        self._lower = (-FLOAT32_MAX, 0.0) + (0.0,) * lrs
+        self._upper = (FLOAT32_MAX, self._norm_cap) + (FLOAT32_MAX,) * lrs
+        if skip_anomalous_updates:
+            self.lower_bounds = ms.Tensor(np.array(self._lower, np.float32))
+            self.upper_bounds = ms.Parameter(ms.Tensor(np.array(self._upper, np.float32)),
+                                             name=OWN_PREFIX + "step_limits", requires_grad=False)
+        if self.share_verdict:
             # SUM of 0/1 flags: MindSpore's CPU AllReduce has no MAX.
             self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
 
@@ -162,36 +168,31 @@ class MonitoredTrainStep(nn.Cell):
             return ops.stack([ops.reshape(lr[i], ()) for i in self.lr_group_indices])
         return ops.reshape(lr, ())
 
-    def update_applied(self, grad_norm: float, loss: float | None = None,
-                       ranks_past_limit: float | None = None) -> bool:
-        """The graph's decision, repeated on the host from the returned values (float32
-        values against the float32 limits, so comparing them in float64 gives the float32
-        answer). NaN compares False. ``ranks_past_limit``: the summed flag the graph returns
-        under data parallelism with a loss limit."""
+    def update_applied(self, stats: list[float]) -> bool:
+        """The graph's decision, repeated on the host from the returned ``stats`` (float32
+        values against the float32 bounds the graph held, so comparing them in float64 gives
+        the float32 answer). NaN compares False."""
         if not self.skip_anomalous:
             return True
-        if not grad_norm <= self._grad_bound_f32:
-            return False
-        if self.share_loss_verdict:
-            return ranks_past_limit is not None and ranks_past_limit < 0.5
-        if self.limit_loss:
-            return loss is not None and loss <= self._loss_limit_f32
-        return True
+        if self.share_verdict:
+            return stats[-1] < 0.5
+        return all(low <= value <= high
+                   for value, low, high in zip(stats, self._lower, self._upper, strict=True))
 
-    def set_limits(self, loss: float, grad_norm: float) -> None:
-        """The limits of the next step (on_anomaly "skip"): withhold its update when the loss
-        is above ``loss`` or the norm above ``grad_norm`` (``inf``: no limit). A Parameter is
-        written only when its float32 value changes: set_data is a host-to-device copy."""
-        if self.limit_loss:
-            value = _float32(loss)
-            if value != self._loss_limit_f32:
-                self.loss_limit.set_data(ms.Tensor(value, ms.float32))
-                self._loss_limit_f32 = value
-        if self.limit_grad_norm:
-            value = min(_float32(grad_norm), self._grad_explode_f32)
-            if value != self._grad_bound_f32:
-                self.grad_bound.set_data(ms.Tensor(value, ms.float32))
-                self._grad_bound_f32 = value
+    def set_limits(self, *, loss: float = math.inf, grad_norm: float = math.inf,
+                   lr: float = math.inf) -> None:
+        """The limits of the next step: withhold its update when the loss is above ``loss``,
+        the norm above ``grad_norm`` (``grad_explode`` whatever this says) or any group's LR
+        above ``lr``; ``inf`` is no limit, and non-finite values are past every limit. The
+        Parameter is written only when a float32 bound changes: set_data is a host-to-device
+        copy (~1.8 ms on the CPU)."""
+        if not self.skip_anomalous:
+            return
+        lrs = len(self._upper) - 2
+        upper = (_bound(loss), min(_bound(grad_norm), self._norm_cap)) + (_bound(lr),) * lrs
+        if upper != self._upper:
+            self.upper_bounds.set_data(ms.Tensor(np.array(upper, np.float32)))
+            self._upper = upper
 
     def construct(self, *inputs):
         loss = self.network(*inputs)
@@ -212,45 +213,40 @@ class MonitoredTrainStep(nn.Cell):
         # knob or a fixed LR changed between steps would be read stale. The price is a
         # schedule evaluated twice per step, once here and once by the optimizer.
         lr = self._current_lr()
+        loss_f32 = _as_float32(ops.reshape(loss, ()))
+        if self.group_lr:
+            stats = ops.concat((ops.stack((loss_f32, grad_norm)), _as_float32(lr)))
+        else:
+            stats = ops.stack((loss_f32, grad_norm, _as_float32(ops.reshape(lr, ()))))
         if self.skip_anomalous:
             # For the same reason every optimizer state Parameter (moments, beta powers) is
             # loaded here: read only inside the branch, a checkpoint loaded into them with
             # load_param_into_net between steps would be ignored, and the branch would go on
             # updating a detached copy. A depend adds no kernel.
             loss = ops.depend(loss, self.optimizer_state)
-            # The limits are Parameters read here, in the condition, outside the branch.
-            apply = grad_norm <= (self.grad_bound if self.limit_grad_norm else self.grad_explode)
-            if self.limit_loss:
-                loss_ok = _as_float32(ops.reshape(loss, ())) <= self.loss_limit
-                if self.share_loss_verdict:
-                    past = ops.cast(ops.logical_not(ops.reshape(loss_ok, (1,))), ms.float32)
-                    ranks_past_limit = ops.reshape(self.all_reduce(past), ())
-                    loss_ok = ranks_past_limit < 0.5
-                apply = ops.logical_and(apply, loss_ok)
+            # The bounds are read here, in the condition, outside the branch.
+            within = ops.logical_and(stats <= self.upper_bounds, stats >= self.lower_bounds)
+            apply = ops.all(within)
+            if self.share_verdict:
+                past = ops.cast(ops.logical_not(ops.reshape(apply, (1,))), ms.float32)
+                ranks_past_limit = self.all_reduce(past)
+                apply = ops.reshape(ranks_past_limit, ()) < 0.5
+                stats = ops.concat((stats, ranks_past_limit))
             if apply:
                 loss = ops.depend(loss, self.optimizer(grads))
         else:
             loss = ops.depend(loss, self.optimizer(grads))
-        loss_f32 = _as_float32(ops.reshape(loss, ()))
-        if self.group_lr:
-            stats = ops.concat((ops.stack((loss_f32, grad_norm)), _as_float32(lr)))
-        else:
-            stats = ops.stack((loss_f32, grad_norm, _as_float32(ops.reshape(lr, ()))))
-        if self.share_loss_verdict:
-            stats = ops.concat((stats, ops.reshape(ranks_past_limit, (1,))))
         if self.per_layer_norms:
             return loss, stats, param_sq_norms
         return loss, stats
 
 
-def _limit(name: str, value: float) -> ms.Parameter:
-    return ms.Parameter(ms.Tensor(value, ms.float32), name=name, requires_grad=False)
-
-
-def _float32(value: float) -> float:
-    """``value`` rounded to float32 as set_data will store it; beyond its range: inf."""
+def _bound(value: float) -> float:
+    """An upper bound as the graph holds it: rounded to float32 as set_data stores it, and
+    at most the largest float32 (beyond its range, or inf: no limit, yet +inf is past it)."""
     with np.errstate(over="ignore"):
-        return float(np.float32(value))
+        rounded = float(np.float32(value))
+    return min(rounded, FLOAT32_MAX) if not math.isnan(rounded) else FLOAT32_MAX
 
 
 def _as_float32(tensor):

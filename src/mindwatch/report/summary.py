@@ -90,7 +90,7 @@ def _throughput(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _verdict(anomalies: int, endings: list[str], hangs: list[dict[str, Any]]) -> str:
-    words = [f"{anomalies} ANOMALIES"] if anomalies else []
+    words = [fmt.count(anomalies, "ANOMALY", "ANOMALIES")] if anomalies else []
     hung = sorted({h[Common.RANK] for h in hangs})
     if hung:
         words.append(f"HUNG ON RANK{'S' if len(hung) > 1 else ''} {', '.join(map(str, hung))}")
@@ -121,10 +121,11 @@ def render_text(summary: dict[str, Any]) -> str:
     lines = [f"{summary['directory']}: {summary['verdict']}"]
     for rank in summary["ranks"]:
         lines.append(
-            f"  rank {rank[Common.RANK]}: {rank[End.STEPS]} steps, {rank[_END]}"
+            f"  rank {rank[Common.RANK]}: {fmt.count(rank[End.STEPS], 'step')}, {rank[_END]}"
             f" in {fmt.duration(rank[End.ELAPSED_S])}; loss {fmt.number(rank['first_loss'])} -> "
             f"{fmt.number(rank['last_loss_smooth'])} (smoothed)"
-            + (f"; {rank['skipped_steps']} updates withheld" if rank["skipped_steps"] else "")
+            + (f"; {fmt.count(rank['skipped_steps'], 'update')} withheld"
+               if rank["skipped_steps"] else "")
             + (f"; {_rewinds_text(rank['rewinds'])}" if rank["rewinds"] else "")
             + _throughput_note(rank)
             + (f"; {skipped_note(rank['skipped_lines'], rank['skipped_at'])}"
@@ -154,7 +155,7 @@ def render_text(summary: dict[str, Any]) -> str:
 def _rewinds_text(rewinds: list[dict[str, Any]]) -> str:
     """"2 rewinds (step 25 -> 20, step 40 -> 30)"."""
     moves = ", ".join(f"step {r[Rewind.STEP]} -> {r[Rewind.TO_STEP]}" for r in rewinds)
-    return f"{len(rewinds)} rewind{'s' if len(rewinds) > 1 else ''} ({moves})"
+    return f"{fmt.count(len(rewinds), 'rewind')} ({moves})"
 
 
 def _throughput_note(figures: dict[str, Any], lead: str = "; median ") -> str:
@@ -181,7 +182,7 @@ def skipped_note(count: int, at: list[int]) -> str:
     if not count:
         return ""
     if not at:         # their numbers are not known yet (the live view, before the history)
-        return f"{count} unreadable line{'s' if count > 1 else ''} skipped"
+        return f"{fmt.count(count, 'unreadable line')} skipped"
     where = ", ".join(map(str, at)) + (", ..." if count > len(at) else "")
-    return (f"{count} unreadable line{'s' if count > 1 else ''} skipped "
-            f"(line{'s' if count > 1 else ''} {where})")
+    return (f"{fmt.count(count, 'unreadable line')} skipped "
+            f"(line{'' if count == 1 else 's'} {where})")

@@ -16,6 +16,7 @@ Numbers go through ``mindwatch.format``, so the console lines and this view read
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from rich import box
 from rich.console import Console, Group
 from rich.live import Live
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -38,6 +40,9 @@ from .summary import skipped_note
 from .watch_state import LAST_ANOMALIES, SPARK_WIDTH, RankState, WatchState
 
 _SPARKS = "▁▂▃▄▅▆▇█"
+# The widest view measured for a file or a pipe, in columns: a bound for rich's measuring only;
+# no real row comes near it (eight devices a rank take some 200).
+_WIDEST = 100_000
 EXIT_ENDED, EXIT_NOT_ENDED, EXIT_INTERRUPTED = 0, 1, 130
 
 __all__ = ["Follower", "NoRunLogs", "RankState", "WatchState", "render", "sparkline", "watch"]
@@ -173,6 +178,7 @@ def watch(run_dir: str, *, console: Console | None = None, refresh_s: float = 0.
     ``wait_s``: raise RunLogError when no ``rank_<R>.jsonl`` is there within that many
     seconds (0: at once), instead of waiting for the run to start (None)."""
     check_number("refresh_s", refresh_s, low=0, low_open=True)
+    fit_file = console is None        # a console given to us keeps the width it was given
     console = console or Console()
     follower, state = Follower(run_dir), WatchState(run_dir)
     start = clock()
@@ -204,8 +210,22 @@ def watch(run_dir: str, *, console: Console | None = None, refresh_s: float = 0.
             code = EXIT_INTERRUPTED
         # Printed once by Live when it stops (on a terminal it stays; into a file it is the
         # only output): the final table.
-        live.update(render(state, elapsed_s=clock() - start, final=True), refresh=True)
+        final = render(state, elapsed_s=clock() - start, final=True)
+        if fit_file:
+            _fit_to_file(console, final)
+        live.update(final, refresh=True)
     return code
+
+
+def _fit_to_file(console: Console, view: Any) -> None:
+    """Into a file or a pipe, make ``console`` as wide as ``view``'s widest row, so no row is
+    cut: no terminal gives a width there, and rich's fallback (80 columns, or the width of a
+    terminal on stdin or stderr) would truncate the rank rows and wrap the anomaly messages.
+    A terminal keeps its width; so does a width asked for with ``COLUMNS``."""
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return
+    console.width = Measurement.get(console, console.options.update_width(_WIDEST),
+                                    view).maximum
 
 
 def _wait_for_logs(follower: Follower, wait_s: float, refresh_s: float,

@@ -110,9 +110,12 @@ class ConsoleSink(Sink):
         else:
             trend = (f"{change:+.4g} vs previous epoch: "
                      f"{'converging' if verdict else 'NOT converging'}")
+        evaluation = record.get(Epoch.EVAL) or {}
+        results = "".join(f", {name} {fmt.number(value)}" for name, value in evaluation.items())
         self._line(f"epoch {record[Epoch.EPOCH]} done: mean loss "
                    f"{fmt.number(record.get(Epoch.LOSS_MEAN))} "
-                   f"over {record.get(Epoch.STEPS)} steps ({trend})")
+                   f"over {record.get(Epoch.STEPS)} steps ({trend})"
+                   + (f"; evaluation: {results[2:]}" if results else ""))
 
     def close(self) -> None:
         if self._bar_shown:

@@ -1,0 +1,43 @@
+"""What MindSpore's ``ModelCheckpoint`` callbacks beside the monitor saved, so that a report
+whose own checkpoint holds a bad update can name the last good file (and warn that
+``ModelCheckpoint.end()`` will save the bad weights once more when training stops)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from mindspore.train import ModelCheckpoint
+
+from ..framework import SavedStates
+
+
+class ModelCheckpointWatch:
+    """Follows the ``ModelCheckpoint`` callbacks of one ``Model.train``/``fit`` call."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[ModelCheckpoint] = []
+        self._saves: dict[str, int] = {}         # path -> the step whose weights it holds
+
+    def begin(self, cb_params: Any) -> None:
+        self._callbacks = [callback for callback in getattr(cb_params, "list_callback", None)
+                           or () if isinstance(callback, ModelCheckpoint)]
+
+    def step_end(self) -> None:
+        """Note each callback's newest file. Called before the step is judged: a callback
+        after the monitor in the list saved the step before; one ahead of it, this step."""
+        for callback in self._callbacks:
+            path = callback.latest_ckpt_file_name
+            # MindSpore's own record of the step its latest save was taken at
+            step = getattr(callback, "_last_triggered_step", None)
+            if path and isinstance(step, int) and path not in self._saves:
+                self._saves[path] = step
+
+    def states(self) -> SavedStates:
+        on_disk = sorted((step, path) for path, step in self._saves.items()
+                         if os.path.exists(path))
+        saves_at_end = None
+        if self._callbacks:
+            first = self._callbacks[0]
+            saves_at_end = (f"ModelCheckpoint (prefix {getattr(first, '_prefix', '?')!r} in "
+                            f"{getattr(first, '_directory', '?')})")
+        return SavedStates(states=tuple(on_disk), saves_at_end=saves_at_end)
