@@ -114,8 +114,10 @@ class MonitorSettings:
         "once per episode.", "fraction")
     # learning rate
     lr_jump_factor: float = setting(
-        10.0, "`lr_anomaly` when the LR rises by more than this factor from one step to the "
-        "next. A non-finite or negative LR is an `lr_anomaly` whatever this is. Above 1.", "x")
+        10.0, "`lr_anomaly` when the LR is more than this factor above the highest LR the run "
+        "has applied (rounded up to 5%); warm-ups and warm restarts never are. With `wrap` that "
+        "step's update is withheld unless `lr_anomaly` is on \"warn\". A non-finite or negative "
+        "LR is an `lr_anomaly` whatever this is. Above 1.", "x")
     # several ranks
     straggler_window: int = setting(
         20, "Several ranks: the straggler rule compares medians of each rank's "

@@ -20,21 +20,42 @@ pytestmark = pytest.mark.timeout(180)
 
 def _start(tmp_path, scenario):
     log_dir = tmp_path / "run"
+    # A crash in native code (MindSpore's runtime) then leaves the Python stack on stderr,
+    # instead of an exit status alone.
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen([sys.executable, str(TRAINER), str(log_dir), scenario],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
     return process, log_dir / "rank_0.jsonl"
+
+
+def _outcome(process, out, err):
+    """The child's exit status, stdout and stderr (their last 3000 characters), for a
+    failure message."""
+    status = process.returncode
+    if status is not None and status < 0:
+        status = f"{status} ({signal.Signals(-status).name})"
+    return f"exit status {status}\n--- stdout ---\n{out[-3000:]}\n--- stderr ---\n{err[-3000:]}"
+
+
+def _steps_logged(log_path):
+    return log_path.read_bytes().count(b'"kind":"step"') if log_path.exists() else 0
 
 
 def _wait_for_steps(process, log_path, count, timeout=120):
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log_path.exists() and log_path.read_bytes().count(b'"kind":"step"') >= count:
-            return
+    while _steps_logged(log_path) < count:
         if process.poll() is not None:
-            raise AssertionError(f"the trainer ended early:\n{process.stderr.read()[-3000:]}")
+            out, err = process.communicate()
+            raise AssertionError(f"the trainer ended after {_steps_logged(log_path)} of {count} "
+                                 f"step records, before any signal was sent:\n"
+                                 + _outcome(process, out, err))
+        if time.monotonic() > deadline:
+            process.kill()
+            out, err = process.communicate()
+            raise AssertionError(f"the trainer never wrote {count} step records:\n"
+                                 + _outcome(process, out, err))
         time.sleep(0.02)
-    process.kill()
-    raise AssertionError(f"the trainer never wrote {count} step records")
 
 
 def _finish(process, timeout=60):
@@ -91,12 +112,15 @@ def test_a_users_own_handler_is_chained_not_lost(tmp_path):
     _wait_for_steps(process, log_path, 5)
     process.send_signal(signal.SIGTERM)
     out, err = _finish(process)
+    outcome = _outcome(process, out, err)
     # The user's handler runs once, after the clean stop, and decides: it lets training
     # return and the script end normally.
-    assert process.returncode == 0, err[-3000:]
-    assert out.count(f"users handler got {int(signal.SIGTERM)}") == 1
-    assert out.index("users handler got") < out.index("training returned")
-    assert read_rank_log(str(log_path)).end["reason"] == "signal"
+    assert process.returncode == 0, outcome
+    assert out.count(f"users handler got {int(signal.SIGTERM)}") == 1, outcome
+    assert "training returned" in out, outcome
+    assert out.index("users handler got") < out.index("training returned"), outcome
+    end = read_rank_log(str(log_path)).end
+    assert end is not None and end["reason"] == "signal", outcome
 
 
 def test_signals_are_left_alone_off_the_main_thread(tmp_path, quiet):

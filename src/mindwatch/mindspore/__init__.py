@@ -1,5 +1,7 @@
 """The MindSpore adapter: the only part of mindwatch that imports MindSpore."""
 from .callback import TrainMonitor
+from .functional import JitTrainStep
+from .outputs import StepOutputs
 from .wrap import MonitoredTrainStep
 
-__all__ = ["MonitoredTrainStep", "TrainMonitor"]
+__all__ = ["JitTrainStep", "MonitoredTrainStep", "StepOutputs", "TrainMonitor"]

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mindspore as ms
@@ -23,7 +24,8 @@ from .layers import LayerGrouping
 from .lr import LrReader
 from .memory import mindspore_memory_reader
 from .mindinsight import open_mindinsight_sink
-from .outputs import read_outputs
+from .functional import ForwardCell, JitTrainStep
+from .outputs import StepOutputs, read_outputs
 from .saved_states import ModelCheckpointWatch
 from .snapshots import TrainStateSnapshots
 from .wrap import MonitoredTrainStep
@@ -133,6 +135,50 @@ class TrainMonitor(Callback):
         if not isinstance(net_with_loss, nn.Cell):
             raise TypeError("net_with_loss must be a mindspore.nn.Cell returning the loss; got "
                             f"{type(net_with_loss).__name__}")
+        return self._build_step(net_with_loss, optimizer, clip_grad_norm=clip_grad_norm,
+                                skip_anomalous_updates=skip_anomalous_updates, sens=sens,
+                                per_layer_norms=per_layer_norms)
+
+    def jit_step(self, forward_fn: Callable[..., Any], optimizer: nn.Optimizer, *,
+                 has_aux: bool = False, clip_grad_norm: float | None = None,
+                 skip_anomalous_updates: bool = True, sens: float = 1.0,
+                 per_layer_norms: bool = False) -> JitTrainStep:
+        """The functional style's train step (``value_and_grad`` + ``@ms.jit``), built with
+        wrap's protection: the pre-clip global norm measured in the graph and the update
+        withheld there on an anomalous step.
+
+        Args:
+            forward_fn: ``forward_fn(*batch)`` returns the loss, or ``(loss, *aux)`` with
+                ``has_aux=True`` (the tutorials' ``forward_fn`` calling the model and the
+                loss function).
+            optimizer: the ``nn.Optimizer`` over the parameters to train.
+            has_aux, clip_grad_norm, skip_anomalous_updates, sens, per_layer_norms: as for
+                ``value_and_grad`` and ``wrap``.
+
+        Returns a ``JitTrainStep``: ``outputs = step(*batch)`` trains one step and returns
+        its numbers; then ``monitor.observe(step=n, outputs=outputs)``.
+
+        Example::
+
+            train_step = monitor.jit_step(forward_fn, optimizer, has_aux=True)
+            for n, (data, label) in enumerate(dataset.create_tuple_iterator(), start=1):
+                if any(a.stops for a in monitor.observe(step=n, outputs=train_step(data, label))):
+                    break
+            monitor.close()
+        """
+        if not callable(forward_fn):
+            raise TypeError("forward_fn must be a function of the batch returning the loss "
+                            f"(or (loss, *aux) with has_aux=True); got {type(forward_fn).__name__}")
+        check_bool("has_aux", has_aux)
+        cell = self._build_step(ForwardCell(forward_fn), optimizer,
+                                clip_grad_norm=clip_grad_norm,
+                                skip_anomalous_updates=skip_anomalous_updates, sens=sens,
+                                per_layer_norms=per_layer_norms, has_aux=has_aux)
+        return JitTrainStep(cell)
+
+    def _build_step(self, network: nn.Cell, optimizer: nn.Optimizer, *,
+                    clip_grad_norm: float | None, skip_anomalous_updates: bool, sens: float,
+                    per_layer_norms: bool, has_aux: bool = False) -> MonitoredTrainStep:
         if not isinstance(optimizer, nn.Optimizer):
             raise TypeError("optimizer must be a mindspore.nn.Optimizer; got "
                             f"{type(optimizer).__name__}")
@@ -141,24 +187,40 @@ class TrainMonitor(Callback):
         check_number("sens", sens, low=0.0, low_open=True)
         check_bool("per_layer_norms", per_layer_norms)
         self.train_step = MonitoredTrainStep(
-            net_with_loss, optimizer, grad_explode=self.settings.grad_explode,
+            network, optimizer, grad_explode=self.settings.grad_explode,
             clip_grad_norm=clip_grad_norm, skip_anomalous_updates=skip_anomalous_updates,
-            sens=sens, per_layer_norms=per_layer_norms)
+            sens=sens, per_layer_norms=per_layer_norms, has_aux=has_aux)
         self._pushed_limits = None               # a new graph holds no limits yet
         self._push_skip_limits()
         self._layers = LayerGrouping([p.name for p in optimizer.parameters])
         return self.train_step
 
-    def observe(self, **fields: Any) -> list[Anomaly]:
+    def observe(self, *, outputs: StepOutputs | None = None, **fields: Any) -> list[Anomaly]:
         """A custom loop's step, without ``Model``; see ``mindwatch.Monitor.observe``.
+        ``outputs``: what a ``jit_step`` step returned (loss, norm, LR, whether the update was
+        withheld); fields given by name take precedence.
 
         Example: ``anomalies = monitor.observe(step=1, loss=2.3, lr=1e-3, grad_norm=0.7)``
         returns the anomalies of that step (empty when healthy).
         """
+        if outputs is not None:
+            if not isinstance(outputs, StepOutputs):
+                raise TypeError("outputs must be what a monitor.jit_step(...) step returned; "
+                                f"got {type(outputs).__name__}")
+            fields = {**self._observed(outputs), **fields}
         found = self.monitor.observe(**fields)
         self.monitor.settle_rewind(step=fields["step"])
         self._push_skip_limits()
         return found
+
+    def _observed(self, out: StepOutputs) -> dict[str, Any]:
+        """``observe``'s fields from a step's outputs (plain numbers already)."""
+        lrs = out.lr_groups
+        return {"loss": out.loss, "grad_norm": out.grad_norm, "skipped": out.skipped,
+                "grads_finite": out.grads_finite, "lr": lrs[0] if lrs else None,
+                "lr_groups": lrs if lrs and len(lrs) > 1 else None,
+                "layer_grad_norms": None if out.param_sq_norms is None or self._layers is None
+                else self._layers.norms(out.param_sq_norms), "extra": out.extra or None}
 
     def _push_skip_limits(self) -> None:
         """on_anomaly "skip": the next step's limits, from the spike rules' windows, to the
@@ -203,6 +265,10 @@ class TrainMonitor(Callback):
         self._training = True
         self._evaluation = None
         self._saved.begin(cb)
+        if getattr(cb, "optimizer", None) is None and self._is_wrapped(cb):
+            # Model(train_step) knows no optimizer, and MindSpore's callbacks that change the
+            # LR (ReduceLROnPlateau, LearningRateScheduler) read it from here
+            cb.optimizer = self.train_step.optimizer
         self._last_step_num = int(getattr(cb, "cur_step_num", 0) or 0)
         epochs, per_epoch = getattr(cb, "epoch_num", None), getattr(cb, "batch_num", None)
         total = self._last_step_num + epochs * per_epoch if epochs and per_epoch else None
@@ -211,6 +277,10 @@ class TrainMonitor(Callback):
             Run.MODE: "GRAPH_MODE" if ms.get_context("mode") == ms.GRAPH_MODE else "PYNATIVE_MODE",
             Run.DEVICE_TARGET: ms.get_context("device_target"),
             Run.DATASET_SINK_MODE: bool(getattr(cb, "dataset_sink_mode", False))})
+        if _sink_mode_dropped(cb):
+            self.monitor.notice(
+                "dataset_sink_mode=True was asked for, but MindSpore trains on the CPU "
+                "without sink mode: every step runs on its own, with a callback after each")
         self.monitor.rewinds.begin(self._last_step_num)
         self._mark = self.monitor.clock.perf_counter()
         self._data_time = None
@@ -250,21 +320,16 @@ class TrainMonitor(Callback):
         self._saved.step_end()
         out = read_outputs(cb.net_outputs,
                            wrapped_by=self.train_step if self._is_wrapped(cb) else None)
-        lrs = out.lr_groups
-        if lrs is None:
-            lrs = self._lr.applied(self._optimizer(cb))
+        if out.lr_groups is None:
+            out.lr_groups = self._lr.applied(self._optimizer(cb))
         if out.grad_norm is None and not self._said_grads_off:
             self._said_grads_off = True
             self.monitor.notice(_GRAD_CHECKS_OFF)
         try:
-            self.monitor.observe(
-                step=step, epoch=getattr(cb, "cur_epoch_num", None), loss=out.loss,
-                lr=lrs[0] if lrs else None, lr_groups=lrs if lrs and len(lrs) > 1 else None,
-                grad_norm=out.grad_norm, grads_finite=out.grads_finite, skipped=out.skipped,
-                steps=covered, step_time_s=step_time, batch_size=self._batch_size(cb),
-                layer_grad_norms=None if out.param_sq_norms is None or self._layers is None
-                else self._layers.norms(out.param_sq_norms),
-                extra={**out.extra, Step.DATA_TIME_S: self._data_time})
+            self.monitor.observe(**{
+                **self._observed(out), "extra": {**out.extra, Step.DATA_TIME_S: self._data_time}},
+                step=step, epoch=getattr(cb, "cur_epoch_num", None), steps=covered,
+                step_time_s=step_time, batch_size=self._batch_size(cb))
         except SinkError as exc:
             # on_sink_error="raise": stop cleanly after this step (the other ranks still
             # need this step's exchange), and raise once training has ended.
@@ -392,6 +457,21 @@ class TrainMonitor(Callback):
         if cell is None:
             return None
         return save_atomically(cell, self.monitor.log_dir, step, self.monitor.rank, reason)
+
+
+def _sink_mode_dropped(cb: Any) -> bool:
+    """Whether ``Model.train``/``fit`` was called with ``dataset_sink_mode=True`` that
+    MindSpore dropped without a word (it does on the CPU). The request is not in the
+    callback's parameters, only in ``Model._train``'s frame: read it there, best effort."""
+    if getattr(cb, "dataset_sink_mode", False) or ms.get_context("device_target") != "CPU":
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_train" and isinstance(frame.f_locals.get("self"),
+                                                           ms.train.Model):
+            return bool(frame.f_locals.get("dataset_sink_mode"))
+        frame = frame.f_back
+    return False
 
 
 def _number(value: Any) -> float | None:

@@ -20,6 +20,7 @@ class StepOutputs:
     grads_finite: bool | None = None
     param_sq_norms: np.ndarray | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    aux: Any = None       # the forward's other outputs (Tensors), with has_aux
 
 
 def _array(value: Any) -> np.ndarray | None:
@@ -57,7 +58,8 @@ def read_outputs(outputs: Any, *, wrapped_by: MonitoredTrainStep | None = None) 
             loss=loss, grad_norm=grad_norm, lr_groups=stats[STAT_LR:lr_end],
             skipped=not wrapped_by.update_applied(stats),
             grads_finite=math.isfinite(grad_norm),
-            param_sq_norms=outputs[2].asnumpy() if len(outputs) > 2 else None)
+            param_sq_norms=outputs[2].asnumpy() if wrapped_by.per_layer_norms else None,
+            aux=outputs[-1] if wrapped_by.has_aux else None)
     if isinstance(outputs, (tuple, list)):
         if len(outputs) in (5, 7):
             # MindSpore Transformers' train cells: (loss, overflow, scaling_sens,

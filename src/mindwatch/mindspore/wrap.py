@@ -79,7 +79,8 @@ class MonitoredTrainStep(nn.Cell):
     (clip), and the optimizer update unless the step is anomalous and skipping is on.
 
     Outputs: ``(loss, stats)``, plus ``param_sq_norms`` (squared L2 norm of each gradient,
-    in the order of ``optimizer.parameters``) with ``per_layer_norms=True``. ``stats`` is a
+    in the order of ``optimizer.parameters``) with ``per_layer_norms=True``, plus the tuple
+    of the network's other outputs with ``has_aux=True``. ``stats`` is a
     float32 vector: the loss, the pre-clip global L2 norm, then the LR used at this step,
     one entry per parameter group.
 
@@ -104,8 +105,11 @@ class MonitoredTrainStep(nn.Cell):
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
                  clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
-                 sens: float = 1.0, per_layer_norms: bool = False):
+                 sens: float = 1.0, per_layer_norms: bool = False, has_aux: bool = False):
         super().__init__(auto_prefix=False)
+        # ``network`` returns (loss, *aux), as a forward_fn for value_and_grad(has_aux=True):
+        # the gradient is the loss's alone, and aux is passed through as the last output.
+        self.has_aux = has_aux
         self.network = network
         self.network.set_grad()
         self.optimizer = optimizer
@@ -184,19 +188,26 @@ class MonitoredTrainStep(nn.Cell):
         """The limits of the next step: withhold its update when the loss is above ``loss``,
         the norm above ``grad_norm`` (``grad_explode`` whatever this says) or any group's LR
         above ``lr``; ``inf`` is no limit, and non-finite values are past every limit. The
-        Parameter is written only when a float32 bound changes: set_data is a host-to-device
-        copy (~1.8 ms on the CPU)."""
+        Parameter is written only when a float32 bound changes (a host-to-device copy), in
+        place: a graph that ``ms.jit`` compiled in PyNative mode keeps reading the tensor a
+        Parameter had, and never sees a ``set_data``."""
         if not self.skip_anomalous:
             return
         lrs = len(self._upper) - 2
         upper = (_bound(loss), min(_bound(grad_norm), self._norm_cap)) + (_bound(lr),) * lrs
         if upper != self._upper:
-            self.upper_bounds.set_data(ms.Tensor(np.array(upper, np.float32)))
+            ops.assign(self.upper_bounds, ms.Tensor(np.array(upper, np.float32)))
             self._upper = upper
 
     def construct(self, *inputs):
-        loss = self.network(*inputs)
-        sens = ops.ones_like(loss) * self.sens
+        outputs = self.network(*inputs)
+        if self.has_aux:
+            loss = outputs[0]
+            sens = (ops.ones_like(loss) * self.sens,) + self.hyper_map(ops.zeros_like,
+                                                                         outputs[1:])
+        else:
+            loss = outputs
+            sens = ops.ones_like(loss) * self.sens
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         grads = self.grad_reducer(grads)
         if self.per_layer_norms:
@@ -237,7 +248,11 @@ class MonitoredTrainStep(nn.Cell):
         else:
             loss = ops.depend(loss, self.optimizer(grads))
         if self.per_layer_norms:
+            if self.has_aux:
+                return loss, stats, param_sq_norms, outputs[1:]
             return loss, stats, param_sq_norms
+        if self.has_aux:
+            return loss, stats, outputs[1:]
         return loss, stats
 
 

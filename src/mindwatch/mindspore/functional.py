@@ -1,0 +1,54 @@
+"""``monitor.jit_step``: the functional style of MindSpore 2.x tutorials, protected like ``wrap``.
+
+The tutorials train with ``grad_fn = value_and_grad(forward_fn, None, optimizer.parameters)``
+and an ``@ms.jit`` step that calls ``optimizer(grads)``; the gradients never leave that step,
+so nothing outside it can measure them or hold the update back. ``JitTrainStep`` is that
+step built for the user: the same forward function, compiled once, with wrap's in-graph
+global norm and withheld update (``MonitoredTrainStep`` over a Cell that calls the forward
+function). Each call returns the step's outputs already converted to Python numbers, for
+``monitor.observe(step=..., outputs=...)``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import mindspore as ms
+from mindspore import nn
+
+from .outputs import StepOutputs, read_outputs
+from .wrap import MonitoredTrainStep
+
+
+class ForwardCell(nn.Cell):
+    """A Cell around a forward function (``forward_fn(*batch) -> loss`` or ``(loss, *aux)``)
+    that closes over the model and the loss function, as the tutorials write it."""
+
+    def __init__(self, forward_fn: Callable[..., Any]):
+        super().__init__(auto_prefix=False)
+        self.forward_fn = forward_fn
+
+    def construct(self, *inputs):
+        return self.forward_fn(*inputs)
+
+
+class JitTrainStep:
+    """One compiled training step; ``step(*batch)`` returns its ``StepOutputs`` (``loss``,
+    ``grad_norm``, ``lr_groups``, ``skipped``, ``aux``: the forward's other outputs as
+    Tensors with ``has_aux=True``). ``cell`` is the ``MonitoredTrainStep`` (save it with
+    ``mindspore.save_checkpoint`` to keep the optimizer state too)."""
+
+    def __init__(self, cell: MonitoredTrainStep):
+        self.cell = cell
+
+        # PyNative runs a Cell op by op; the tutorials' @ms.jit compiles the step into one
+        # graph, and so does this. In GRAPH_MODE the Cell compiles on its own.
+        @ms.jit
+        def compiled(*inputs):
+            return cell(*inputs)
+
+        self._compiled = compiled
+
+    def __call__(self, *inputs: Any) -> StepOutputs:
+        run = self.cell if ms.get_context("mode") == ms.GRAPH_MODE else self._compiled
+        return read_outputs(run(*inputs), wrapped_by=self.cell)
