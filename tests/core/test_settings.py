@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from mindwatch import Monitor, MonitorSettings
@@ -38,11 +40,9 @@ def test_unknown_setting_lists_known_ones(tmp_path):
 def test_a_mistyped_setting_gets_the_closest_name_then_the_full_list(tmp_path, typo, guess):
     with pytest.raises(TypeError) as error:
         Monitor(str(tmp_path), **{typo: 5})
-    message = str(error.value)
-    assert message.startswith(f"unknown setting {typo} (did you mean {guess!r}?); "
-                              "known settings: alert_format, alert_webhook, ")
-    assert message.endswith(", tensorboard, tokens_per_sample")
-    assert len(message.split("known settings: ")[1].split(", ")) == 43
+    known = sorted(f.name for f in dataclasses.fields(MonitorSettings) if f.init)
+    assert str(error.value) == (f"unknown setting {typo} (did you mean {guess!r}?); "
+                                f"known settings: {', '.join(known)}")
 
 
 def test_each_of_several_typos_has_its_own_guess_and_a_far_name_none(tmp_path):

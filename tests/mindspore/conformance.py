@@ -10,8 +10,8 @@ docs/pipelines.md, where a test keeps it identical.
 Faults are injected at ``FAULT_STEP`` (the third step of epoch 2, after ``Model.fit``'s
 first evaluation) through Parameters of the loss cell, the same way on every entry point:
 a NaN label batch, a +Inf loss with finite gradients, labels scaled 1e7 (gradient
-explosion), labels scaled 30 (a loss spike, its gradient norm below grad_explode), and a per-step LR list
-that jumps from 1e-2 to 1e3.
+explosion), labels scaled 30 (a loss spike, its gradient norm below grad_explode), and a
+per-step LR list that jumps from 1e-2 to 1e3.
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """``TrainMonitor``: the MindSpore callback users add to ``Model.train``."""
 from __future__ import annotations
 
-import math
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import mindspore as ms
-import numpy as np
 from mindspore import nn
 from mindspore.train import Callback
 
@@ -15,16 +12,18 @@ from ..anomaly import Anomaly
 from ..framework import FrameworkHooks
 from ..monitor import Monitor
 from ..records import Run, Step, Versions
-from ..settings import MonitorSettings, check_bool, check_number
+from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
+from .cb_params import batch_size_of, evaluation_of, optimizer_of, sink_mode_dropped
 from .checkpoint import resume_snippet, save_atomically
 from .consensus import RankConsensus
 from .distributed import communication_initialised, current_rank
+from .functional import ForwardCell, JitTrainStep
 from .layers import LayerGrouping
+from .limits import GraphLimits
 from .lr import LrReader
 from .memory import mindspore_memory_reader
 from .mindinsight import open_mindinsight_sink
-from .functional import ForwardCell, JitTrainStep
 from .outputs import StepOutputs, read_outputs
 from .saved_states import ModelCheckpointWatch
 from .snapshots import TrainStateSnapshots
@@ -68,6 +67,7 @@ class TrainMonitor(Callback):
 
     def __init__(self, log_dir: str, *, stream=None, clock=None, **settings: Any):
         rank = current_rank()
+        self._saved = ModelCheckpointWatch()
         framework = FrameworkHooks(
             versions={Versions.MINDSPORE: ms.__version__}, save_checkpoint=self._save_checkpoint,
             resume_hint=resume_snippet, notes=self._report_notes,
@@ -75,7 +75,6 @@ class TrainMonitor(Callback):
             snapshots=TrainStateSnapshots(self._train_cell),
             sinks={"mindinsight": open_mindinsight_sink}, unprotected=self._unprotected,
             saved_states=lambda: self._saved.states())
-        self._saved = ModelCheckpointWatch()
         self.train_step: MonitoredTrainStep | None = None
         self.monitor = Monitor(
             log_dir, rank=rank.rank, world_size=rank.world_size, local_rank=rank.local_rank,
@@ -89,7 +88,7 @@ class TrainMonitor(Callback):
         self._data_time: float | None = None
         self._sink_error: SinkError | None = None
         self._lr = LrReader()
-        self._pushed_limits: tuple[float, float, float] | None = None
+        self._limits = GraphLimits()
         # MindSpore enters every callback as a context manager around training, and again
         # around each evaluation Model.fit runs between epochs: only the outermost exit ends
         # the run.
@@ -156,20 +155,11 @@ class TrainMonitor(Callback):
                 ``value_and_grad`` and ``wrap``.
 
         Returns a ``JitTrainStep``: ``outputs = step(*batch)`` trains one step and returns
-        its numbers; then ``monitor.observe(step=n, outputs=outputs)``.
-
-        Example::
-
-            train_step = monitor.jit_step(forward_fn, optimizer, has_aux=True)
-            for n, (data, label) in enumerate(dataset.create_tuple_iterator(), start=1):
-                if any(a.stops for a in monitor.observe(step=n, outputs=train_step(data, label))):
-                    break
-            monitor.close()
+        its numbers; then ``monitor.observe(step=n, outputs=outputs)`` (docs/pipelines.md).
         """
         if not callable(forward_fn):
             raise TypeError("forward_fn must be a function of the batch returning the loss "
                             f"(or (loss, *aux) with has_aux=True); got {type(forward_fn).__name__}")
-        check_bool("has_aux", has_aux)
         cell = self._build_step(ForwardCell(forward_fn), optimizer,
                                 clip_grad_norm=clip_grad_norm,
                                 skip_anomalous_updates=skip_anomalous_updates, sens=sens,
@@ -179,18 +169,11 @@ class TrainMonitor(Callback):
     def _build_step(self, network: nn.Cell, optimizer: nn.Optimizer, *,
                     clip_grad_norm: float | None, skip_anomalous_updates: bool, sens: float,
                     per_layer_norms: bool, has_aux: bool = False) -> MonitoredTrainStep:
-        if not isinstance(optimizer, nn.Optimizer):
-            raise TypeError("optimizer must be a mindspore.nn.Optimizer; got "
-                            f"{type(optimizer).__name__}")
-        check_number("clip_grad_norm", clip_grad_norm, low=0.0, low_open=True, optional=True)
-        check_bool("skip_anomalous_updates", skip_anomalous_updates)
-        check_number("sens", sens, low=0.0, low_open=True)
-        check_bool("per_layer_norms", per_layer_norms)
-        self.train_step = MonitoredTrainStep(
+        self.train_step = MonitoredTrainStep.checked(
             network, optimizer, grad_explode=self.settings.grad_explode,
             clip_grad_norm=clip_grad_norm, skip_anomalous_updates=skip_anomalous_updates,
             sens=sens, per_layer_norms=per_layer_norms, has_aux=has_aux)
-        self._pushed_limits = None               # a new graph holds no limits yet
+        self._limits.forget()                    # a new graph holds no limits yet
         self._push_skip_limits()
         self._layers = LayerGrouping([p.name for p in optimizer.parameters])
         return self.train_step
@@ -207,37 +190,14 @@ class TrainMonitor(Callback):
             if not isinstance(outputs, StepOutputs):
                 raise TypeError("outputs must be what a monitor.jit_step(...) step returned; "
                                 f"got {type(outputs).__name__}")
-            fields = {**self._observed(outputs), **fields}
+            fields = {**outputs.observation(self._layers), **fields}
         found = self.monitor.observe(**fields)
         self.monitor.settle_rewind(step=fields["step"])
         self._push_skip_limits()
         return found
 
-    def _observed(self, out: StepOutputs) -> dict[str, Any]:
-        """``observe``'s fields from a step's outputs (plain numbers already)."""
-        lrs = out.lr_groups
-        return {"loss": out.loss, "grad_norm": out.grad_norm, "skipped": out.skipped,
-                "grads_finite": out.grads_finite, "lr": lrs[0] if lrs else None,
-                "lr_groups": lrs if lrs and len(lrs) > 1 else None,
-                "layer_grad_norms": None if out.param_sq_norms is None or self._layers is None
-                else self._layers.norms(out.param_sq_norms), "extra": out.extra or None}
-
     def _push_skip_limits(self) -> None:
-        """on_anomaly "skip": the next step's limits, from the spike rules' windows, to the
-        graph, only when one moved by more than ``LIMIT_SLACK``: a ``set_data`` costs ~1.8 ms
-        on the CPU (measured on the demo model), more than everything else mindwatch does in
-        a step, and the windows move the limits a little at every step. The graph's limit is
-        then at most that much laxer than the rule's; the host repeats the graph's decision
-        with the limit the graph holds, so records and actions still say what happened."""
-        if self.train_step is None:
-            return
-        limits = self.monitor.skips.limits
-        current = (limits.loss, limits.grad_norm, limits.lr)
-        pushed = self._pushed_limits
-        if pushed is None or any(map(_moved, pushed, current)):
-            self.train_step.set_limits(loss=limits.loss, grad_norm=limits.grad_norm,
-                                       lr=limits.lr)
-            self._pushed_limits = current
+        self._limits.push(self.train_step, self.monitor.skips.limits)
 
     def close(self) -> None:
         """End the run cleanly (the ``end`` record; sinks closed); for custom loops.
@@ -265,7 +225,8 @@ class TrainMonitor(Callback):
         self._training = True
         self._evaluation = None
         self._saved.begin(cb)
-        if getattr(cb, "optimizer", None) is None and self._is_wrapped(cb):
+        if getattr(cb, "optimizer", None) is None and self.train_step is not None \
+                and self._is_wrapped(cb):
             # Model(train_step) knows no optimizer, and MindSpore's callbacks that change the
             # LR (ReduceLROnPlateau, LearningRateScheduler) read it from here
             cb.optimizer = self.train_step.optimizer
@@ -277,7 +238,7 @@ class TrainMonitor(Callback):
             Run.MODE: "GRAPH_MODE" if ms.get_context("mode") == ms.GRAPH_MODE else "PYNATIVE_MODE",
             Run.DEVICE_TARGET: ms.get_context("device_target"),
             Run.DATASET_SINK_MODE: bool(getattr(cb, "dataset_sink_mode", False))})
-        if _sink_mode_dropped(cb):
+        if sink_mode_dropped(cb):
             self.monitor.notice(
                 "dataset_sink_mode=True was asked for, but MindSpore trains on the CPU "
                 "without sink mode: every step runs on its own, with a callback after each")
@@ -321,13 +282,14 @@ class TrainMonitor(Callback):
         out = read_outputs(cb.net_outputs,
                            wrapped_by=self.train_step if self._is_wrapped(cb) else None)
         if out.lr_groups is None:
-            out.lr_groups = self._lr.applied(self._optimizer(cb))
+            out.lr_groups = self._lr.applied(optimizer_of(cb))
         if out.grad_norm is None and not self._said_grads_off:
             self._said_grads_off = True
             self.monitor.notice(_GRAD_CHECKS_OFF)
         try:
-            self.monitor.observe(**{
-                **self._observed(out), "extra": {**out.extra, Step.DATA_TIME_S: self._data_time}},
+            out.extra[Step.DATA_TIME_S] = self._data_time
+            self.monitor.observe(
+                **out.observation(self._layers),
                 step=step, epoch=getattr(cb, "cur_epoch_num", None), steps=covered,
                 step_time_s=step_time, batch_size=self._batch_size(cb))
         except SinkError as exc:
@@ -370,9 +332,7 @@ class TrainMonitor(Callback):
     def on_eval_end(self, run_context) -> None:
         if self._training:
             self.monitor.evaluating()
-            results = getattr(run_context.original_args(), "eval_results", None)
-            if isinstance(results, Mapping):
-                self._evaluation = {str(name): _number(value) for name, value in results.items()}
+            self._evaluation = evaluation_of(run_context.original_args())
 
     def on_train_end(self, run_context) -> None:
         self._training = False
@@ -403,31 +363,8 @@ class TrainMonitor(Callback):
         network = getattr(cb, "train_network", None)
         return self.train_step is not None and (network is None or network is self.train_step)
 
-    @staticmethod
-    def _optimizer(cb) -> nn.Optimizer | None:
-        """Model's optimizer, else the one inside the user's own train cell (Model is then
-        built without one: ``Model(nn.TrainOneStepCell(net_with_loss, optimizer))``)."""
-        optimizer = getattr(cb, "optimizer", None)
-        if optimizer is None:
-            optimizer = getattr(getattr(cb, "train_network", None), "optimizer", None)
-        return optimizer if isinstance(optimizer, nn.Optimizer) else None
-
     def _batch_size(self, cb) -> int | None:
-        """Samples in this step: the setting, else the leading dimension of the first input
-        actually fed (right even for datasets whose rows are whole batches), else what the
-        dataset says (sink mode feeds no element to the callback)."""
-        if self.settings.batch_size:
-            return self.settings.batch_size
-        element = getattr(cb, "train_dataset_element", None)
-        if element:
-            shape = getattr(element[0], "shape", None)
-            if shape:
-                return int(shape[0])
-        dataset = getattr(cb, "train_dataset", None)
-        try:
-            return int(dataset.get_batch_size()) if dataset is not None else None
-        except Exception:  # a dataset without batch information: throughput stays null
-            return None
+        return self.settings.batch_size or batch_size_of(cb)
 
     def _unprotected(self) -> str | None:
         """Why this set-up cannot withhold an anomalous update, with what to change."""
@@ -457,39 +394,3 @@ class TrainMonitor(Callback):
         if cell is None:
             return None
         return save_atomically(cell, self.monitor.log_dir, step, self.monitor.rank, reason)
-
-
-def _sink_mode_dropped(cb: Any) -> bool:
-    """Whether ``Model.train``/``fit`` was called with ``dataset_sink_mode=True`` that
-    MindSpore dropped without a word (it does on the CPU). The request is not in the
-    callback's parameters, only in ``Model._train``'s frame: read it there, best effort."""
-    if getattr(cb, "dataset_sink_mode", False) or ms.get_context("device_target") != "CPU":
-        return False
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "_train" and isinstance(frame.f_locals.get("self"),
-                                                           ms.train.Model):
-            return bool(frame.f_locals.get("dataset_sink_mode"))
-        frame = frame.f_back
-    return False
-
-
-def _number(value: Any) -> float | None:
-    """An evaluation result as a Python float (metrics return numpy scalars or arrays);
-    None for what is not one number (a confusion matrix)."""
-    try:
-        array = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None
-    return float(array.reshape(-1)[0]) if array.size == 1 else None
-
-
-LIMIT_SLACK = 0.02      # relative move of a skip limit that is worth a set_data
-
-
-def _moved(pushed: float, current: float) -> bool:
-    if pushed == current:
-        return False
-    if math.isinf(pushed) or math.isinf(current):
-        return True
-    return abs(current - pushed) > LIMIT_SLACK * abs(pushed)

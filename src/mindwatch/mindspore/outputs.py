@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..records import Step
+from .layers import LayerGrouping
 from .wrap import STAT_GRAD_NORM, STAT_LOSS, STAT_LR, MonitoredTrainStep
 
 
@@ -21,6 +22,16 @@ class StepOutputs:
     param_sq_norms: np.ndarray | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     aux: Any = None       # the forward's other outputs (Tensors), with has_aux
+
+    def observation(self, layers: LayerGrouping | None) -> dict[str, Any]:
+        """``Monitor.observe``'s keyword arguments for these outputs (``layers`` groups the
+        per-parameter norms into layers)."""
+        lrs = self.lr_groups
+        return {"loss": self.loss, "grad_norm": self.grad_norm, "skipped": self.skipped,
+                "grads_finite": self.grads_finite, "lr": lrs[0] if lrs else None,
+                "lr_groups": lrs if lrs and len(lrs) > 1 else None,
+                "layer_grad_norms": None if self.param_sq_norms is None or layers is None
+                else layers.norms(self.param_sq_norms), "extra": self.extra or None}
 
 
 def _array(value: Any) -> np.ndarray | None:

@@ -21,7 +21,6 @@ from mindspore import nn
 from .wrap import OWN_PREFIX
 
 
-
 class TrainStateSnapshots:
     """A ``rewinding.SnapshotStore`` over the Parameters of the cell ``cell()`` returns
     (looked up at each call: the train cell is known only once training begins)."""

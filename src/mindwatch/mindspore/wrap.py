@@ -16,6 +16,7 @@ from mindspore.context import ParallelMode
 from mindspore.nn.wrap.grad_reducer import DistributedGradReducer
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
+from ..settings import check_bool, check_number
 from .lr import group_indices
 
 # Layout of the ``stats`` output (float32 vector), read by the callback (outputs.py). Packing
@@ -157,6 +158,24 @@ class MonitoredTrainStep(nn.Cell):
             # SUM of 0/1 flags: MindSpore's CPU AllReduce has no MAX.
             self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
 
+    @classmethod
+    def checked(cls, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
+                clip_grad_norm: float | None, skip_anomalous_updates: bool, sens: float,
+                per_layer_norms: bool, has_aux: bool = False) -> MonitoredTrainStep:
+        """The step, after the user's options are checked (TypeError or ValueError naming
+        the bad one)."""
+        if not isinstance(optimizer, nn.Optimizer):
+            raise TypeError("optimizer must be a mindspore.nn.Optimizer; got "
+                            f"{type(optimizer).__name__}")
+        check_number("clip_grad_norm", clip_grad_norm, low=0.0, low_open=True, optional=True)
+        check_bool("skip_anomalous_updates", skip_anomalous_updates)
+        check_number("sens", sens, low=0.0, low_open=True)
+        check_bool("per_layer_norms", per_layer_norms)
+        check_bool("has_aux", has_aux)
+        return cls(network, optimizer, grad_explode=grad_explode, clip_grad_norm=clip_grad_norm,
+                   skip_anomalous_updates=skip_anomalous_updates, sens=sens,
+                   per_layer_norms=per_layer_norms, has_aux=has_aux)
+
     def _global_square_sum(self, grads):
         """The squared global norm (float32 scalar), summed as OWN_SUM_MIN_ELEMENTS says."""
         sums = [_square_sum_tensor(grads[i]) for i in self.summed_alone]
@@ -203,8 +222,9 @@ class MonitoredTrainStep(nn.Cell):
         outputs = self.network(*inputs)
         if self.has_aux:
             loss = outputs[0]
-            sens = (ops.ones_like(loss) * self.sens,) + self.hyper_map(ops.zeros_like,
-                                                                         outputs[1:])
+            # a tuple concatenation: graph mode parses it, not a starred tuple display
+            zeros = self.hyper_map(ops.zeros_like, outputs[1:])
+            sens = (ops.ones_like(loss) * self.sens,) + zeros  # noqa: RUF005
         else:
             loss = outputs
             sens = ops.ones_like(loss) * self.sens

@@ -1,0 +1,68 @@
+"""Reading what MindSpore's callback parameters (``run_context.original_args()``) hold,
+converted to plain Python values at this boundary."""
+from __future__ import annotations
+
+import sys
+from types import FrameType
+from typing import Any
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+
+
+def optimizer_of(cb: Any) -> nn.Optimizer | None:
+    """Model's optimizer, else the one inside the user's own train cell (Model is then
+    built without one: ``Model(nn.TrainOneStepCell(net_with_loss, optimizer))``)."""
+    optimizer = getattr(cb, "optimizer", None)
+    if optimizer is None:
+        optimizer = getattr(getattr(cb, "train_network", None), "optimizer", None)
+    return optimizer if isinstance(optimizer, nn.Optimizer) else None
+
+
+def batch_size_of(cb: Any) -> int | None:
+    """Samples in this step: the leading dimension of the first input actually fed (right
+    even for datasets whose rows are whole batches), else what the dataset says (sink mode
+    feeds no element to the callback)."""
+    element = getattr(cb, "train_dataset_element", None)
+    if element:
+        shape = getattr(element[0], "shape", None)
+        if shape:
+            return int(shape[0])
+    dataset = getattr(cb, "train_dataset", None)
+    try:
+        return int(dataset.get_batch_size()) if dataset is not None else None
+    except Exception:  # a dataset without batch information: throughput stays null
+        return None
+
+
+def evaluation_of(cb: Any) -> dict[str, float | None] | None:
+    """``Model.fit``'s evaluation results (metrics and ``eval_loss``) as floats; None for a
+    metric that is not one number (a confusion matrix)."""
+    results = getattr(cb, "eval_results", None)
+    if not isinstance(results, dict):
+        return None
+    return {str(name): _number(value) for name, value in results.items()}
+
+
+def sink_mode_dropped(cb: Any) -> bool:
+    """Whether ``Model.train``/``fit`` was called with ``dataset_sink_mode=True`` that
+    MindSpore dropped without a word (it does on the CPU). The request is not in the
+    callback's parameters, only in ``Model._train``'s frame: read it there, best effort."""
+    if getattr(cb, "dataset_sink_mode", False) or ms.get_context("device_target") != "CPU":
+        return False
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_train" and isinstance(frame.f_locals.get("self"),
+                                                           ms.train.Model):
+            return bool(frame.f_locals.get("dataset_sink_mode"))
+        frame = frame.f_back
+    return False
+
+
+def _number(value: Any) -> float | None:
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    return float(array.reshape(-1)[0]) if array.size == 1 else None
