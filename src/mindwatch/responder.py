@@ -133,8 +133,12 @@ class Responder:
         and the last good state that exists (said once: who saves the bad weights again)."""
         step = anomaly.step
         unprotected = self.framework.unprotected
-        why = unprotected() if unprotected is not None else None
-        why = why or not_withheld_reason(anomaly.kind, self.policy.policy_for(anomaly.kind))
+        if unprotected is None:         # a framework that says nothing of withholding
+            why = ("nothing withheld it: the step was observed with skipped=False after its "
+                   "update")
+        else:
+            why = unprotected() or not_withheld_reason(anomaly.kind,
+                                                       self.policy.policy_for(anomaly.kind))
         notes = [f"the checkpoint's weights INCLUDE step {step}'s update ({why})"]
         saved = self.saved_states()
         last_good = saved.last_before(step) if step is not None else None

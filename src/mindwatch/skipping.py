@@ -61,12 +61,12 @@ def not_withheld_reason(kind: str, policy: str) -> str:
         return (f"its values were within the graph's limits when the step ran; the {kind} "
                 "was found by the host's rule")
     if kind in SKIPPABLE_KINDS:
-        return (f"a {kind} is withheld on the step only under on_anomaly={{{kind!r}: 'skip'}}"
+        return (f"{kind} is withheld on the step only under on_anomaly={{{kind!r}: 'skip'}}"
                 f"; its policy is {policy!r}")
-    return (f"a {kind} is found from the steps before, after the update was applied; "
+    return (f"{kind} is found from the steps before, after the update was applied; "
             f"on_anomaly={{{kind!r}: 'rewind'}} goes back to a snapshot from before its onset"
             if kind in REWINDABLE_KINDS else
-            f"a {kind} is not a fault of the update, which nothing withholds")
+            f"{kind} is not a fault of the update, which nothing withholds")
 
 
 @dataclass(frozen=True)

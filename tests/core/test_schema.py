@@ -93,7 +93,7 @@ def test_declarations_derive_the_tables():
                              "data_time_s", "loss_scale", "tokens_per_s", "mfu")
     assert Run.OPTIONAL == ("log_path", "total_steps", "argv", "wrapped", "mode",
                             "device_target", "dataset_sink_mode")
-    assert Epoch.OPTIONAL == ("loss_change", "converging", "nonfinite_losses")
+    assert Epoch.OPTIONAL == ("loss_change", "converging", "nonfinite_losses", "eval")
     assert Hardware.OPTIONAL == ("mem_available_gb", "framework_memory")
     assert End.OPTIONAL == ("error", "stopped_by") and Notice.OPTIONAL == ("source",)
     assert {Step.LOSS, Device.TEMP_C, Common.TIME, Anomaly.VALUE} <= records.FLOAT_FIELDS

@@ -1,6 +1,7 @@
 """Run segments: a new segment (a second ``model.train``) starts clean after a stop, whether
 this rank stopped on its own anomaly or because another rank did."""
 import io
+import json
 import math
 
 from mindwatch import FrameworkHooks, Monitor
@@ -92,7 +93,7 @@ def test_framework_hooks_are_used_for_checkpoints_notes_and_resume_hints(tmp_pat
     monitor = _monitor(tmp_path, clock, framework=hooks)
     monitor.observe(step=1, loss=1.0)
     notes.append("added after construction")
-    monitor.observe(step=2, loss=math.inf)
+    monitor.observe(step=2, loss=math.inf, skipped=True)      # the framework withheld it
     monitor.close()
     assert saved == [(2, "anomaly")]
     log = read_rank_log(str(tmp_path / "rank_0.jsonl"))
@@ -102,3 +103,20 @@ def test_framework_hooks_are_used_for_checkpoints_notes_and_resume_hints(tmp_pat
     report = (tmp_path / "anomalies" / "step2_rank0.md").read_text()
     assert "weights live on 8 devices" in report and "added after construction" in report
     assert "load(" in report and "at2.ckpt" in report
+    assert "holds the last good weights: step 2's update was withheld" in report
+
+
+def test_a_checkpoint_holding_the_bad_update_gets_no_resume_code(tmp_path, clock):
+    # the update of step 2 was applied (not skipped), and nothing else saved a state
+    hooks = FrameworkHooks(save_checkpoint=lambda step, reason: str(tmp_path / "c.ckpt"),
+                           resume_hint=lambda path: f"load({path!r})")
+    monitor = _monitor(tmp_path, clock, framework=hooks)
+    monitor.observe(step=1, loss=1.0)
+    monitor.observe(step=2, loss=math.inf)
+    monitor.close()
+    report = json.loads((tmp_path / "anomalies" / "step2_rank0.json").read_text())
+    assert report["resume"] is None
+    assert report["notes"] == [
+        "the checkpoint's weights INCLUDE step 2's update (nothing withheld it: the step was "
+        "observed with skipped=False after its update)",
+        "no training state saved before step 2 exists"]

@@ -5,6 +5,7 @@ import math
 from mindwatch import Monitor
 from mindwatch.peers import Peers, stop_code
 from mindwatch.policy import Policy, resolve_policies
+from mindwatch.skipping import not_withheld_reason
 
 SPIKES = dict(spike_window=8, spike_warmup=4, hardware_interval_s=None)
 
@@ -79,3 +80,15 @@ def test_a_peer_whose_skip_escalated_makes_every_rank_checkpoint():
     [peer] = peers.findings(step=9, stop_codes=[0, stop_code("loss_spike")],
                             data_times=[0.0, 0.0], step_time_s=None, stopping=False)
     assert peer.actions == ["checkpoint", "stop"]
+
+
+def test_the_reason_an_update_was_not_withheld_names_what_would_withhold_it():
+    assert not_withheld_reason("loss_spike", "checkpoint_and_stop") == (
+        "loss_spike is withheld on the step only under on_anomaly={'loss_spike': 'skip'}; "
+        "its policy is 'checkpoint_and_stop'")
+    assert not_withheld_reason("loss_rising", "stop") == (
+        "loss_rising is found from the steps before, after the update was applied; "
+        "on_anomaly={'loss_rising': 'rewind'} goes back to a snapshot from before its onset")
+    assert not_withheld_reason("overheat", "checkpoint_and_stop") == (
+        "overheat is not a fault of the update, which nothing withholds")
+    assert "within the graph's limits" in not_withheld_reason("gradient_explode", "stop")

@@ -64,3 +64,24 @@ def test_explosion_report_names_the_offending_layers(tmp_path, quiet, graph_mode
     saved = ms.load_checkpoint(explode["checkpoint"])
     assert any(name.startswith("moment1.") for name in saved)  # optimizer state is saved too
     assert int(saved["global_step"].asnumpy()[0]) == 5         # step 6's update was withheld
+
+
+def test_with_wrap_a_spike_on_stop_is_not_withheld_and_the_report_says_how_it_would_be(
+        tmp_path, quiet, graph_mode):
+    x, y = regression_arrays(96)
+    y[10 * 8: 11 * 8] *= 30                                    # batch 11 spikes the loss
+    data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(8)
+    net = make_regressor()
+    monitor = TrainMonitor(str(tmp_path), stream=quiet, hardware_interval_s=None,
+                           spike_warmup=8, spike_window=8, grad_explode=1e4,
+                           on_anomaly={"loss_spike": "checkpoint_and_stop"})
+    step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), nn.Adam(net.trainable_params(), 0.01))
+    ms.train.Model(step).train(1, data, callbacks=[monitor], dataset_sink_mode=False)
+    log = read_rank_log(str(tmp_path / "rank_0.jsonl"))
+    spike = next(a for a in log.anomalies if a["anomaly"] == "loss_spike")
+    assert spike["step"] == 11 and not log.steps[-1]["skipped"]
+    report = json.loads((tmp_path / "anomalies" / "step11_rank0.json").read_text())
+    assert ("the checkpoint's weights INCLUDE step 11's update (loss_spike is withheld on the "
+            "step only under on_anomaly={'loss_spike': 'skip'}; its policy is "
+            "'checkpoint_and_stop')") in report["notes"]
+    assert "no training state saved before step 11 exists" in report["notes"]

@@ -131,3 +131,36 @@ def test_without_wrap_skip_warns_and_says_so_once(tmp_path, quiet, graph_mode):
     assert spikes and all(a["actions"] == ["warn"] for a in spikes)
     said = [n for n in log.of_kind("notice") if "'skip' acts as 'warn'" in n["message"]]
     assert len(said) == 1 and log.end["reason"] == "completed"
+
+
+class _LossPlusOffset(nn.Cell):
+    """MSE plus a per-batch offset column's maximum: +Inf there makes the loss +Inf while
+    the gradients (the MSE's) stay finite, as softmax cross-entropy does after a bad step."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net, self.mse = net, nn.MSELoss()
+
+    def construct(self, x, y, offset):
+        return self.mse(self.net(x), y) + offset.max()
+
+
+def test_a_lasting_inf_loss_with_finite_gradients_is_withheld_and_escalates(tmp_path, quiet,
+                                                                             mode):
+    x, y = regression_arrays(20 * BATCH, seed=3)
+    offset = np.zeros((20 * BATCH, 1), np.float32)
+    offset[9 * BATCH:] = np.inf                                # steps 10 on
+    data = ds.NumpySlicesDataset({"x": x, "y": y, "o": offset}, shuffle=False).batch(BATCH)
+    net = make_regressor()
+    monitor = TrainMonitor(str(tmp_path), stream=quiet, on_anomaly="skip", max_skips=3,
+                           **SPIKES)
+    step = monitor.wrap(_LossPlusOffset(net), nn.Adam(net.trainable_params(), 0.01))
+    ms.train.Model(step).train(1, data, callbacks=[monitor], dataset_sink_mode=False)
+    log = read_rank_log(str(tmp_path / "rank_0.jsonl"))
+    assert [s["step"] for s in log.steps if s["skipped"]] == [10, 11, 12, 13]
+    assert all(np.isfinite(s["grad_norm"]) for s in log.steps)      # the gradients were fine
+    nonfinite = [a for a in log.anomalies if a["anomaly"] == "loss_nonfinite"]
+    assert [a["actions"] for a in nonfinite] == [["skip"]] * 3 + [["skip", "checkpoint", "stop"]]
+    assert log.end["reason"] == "stopped" and log.end["steps"] == 13
+    saved = ms.load_checkpoint(nonfinite[-1]["checkpoint"])
+    assert int(saved["global_step"].asnumpy()[0]) == 9                # the last good weights

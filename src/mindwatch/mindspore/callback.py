@@ -14,7 +14,7 @@ from ..monitor import Monitor
 from ..records import Run, Step, Versions
 from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
-from .cb_params import batch_size_of, evaluation_of, optimizer_of, sink_mode_dropped
+from .cb_params import batch_size_of, evaluation_of, field, optimizer_of, sink_mode_dropped
 from .checkpoint import resume_snippet, save_atomically
 from .consensus import RankConsensus
 from .distributed import communication_initialised, current_rank
@@ -225,7 +225,7 @@ class TrainMonitor(Callback):
         self._training = True
         self._evaluation = None
         self._saved.begin(cb)
-        if getattr(cb, "optimizer", None) is None and self.train_step is not None \
+        if field(cb, "optimizer") is None and self.train_step is not None \
                 and self._is_wrapped(cb):
             # Model(train_step) knows no optimizer, and MindSpore's callbacks that change the
             # LR (ReduceLROnPlateau, LearningRateScheduler) read it from here

@@ -11,12 +11,22 @@ import numpy as np
 from mindspore import nn
 
 
+def field(cb: Any, name: str, default: Any = None) -> Any:
+    """``cb.<name>``, or ``default`` when it is not set: MindSpore's callback parameters raise
+    KeyError, not AttributeError, for a name never set, so ``getattr`` with a default is not
+    enough."""
+    try:
+        return getattr(cb, name, default)
+    except KeyError:
+        return default
+
+
 def optimizer_of(cb: Any) -> nn.Optimizer | None:
     """Model's optimizer, else the one inside the user's own train cell (Model is then
     built without one: ``Model(nn.TrainOneStepCell(net_with_loss, optimizer))``)."""
-    optimizer = getattr(cb, "optimizer", None)
+    optimizer = field(cb, "optimizer")
     if optimizer is None:
-        optimizer = getattr(getattr(cb, "train_network", None), "optimizer", None)
+        optimizer = getattr(field(cb, "train_network"), "optimizer", None)
     return optimizer if isinstance(optimizer, nn.Optimizer) else None
 
 
@@ -24,12 +34,12 @@ def batch_size_of(cb: Any) -> int | None:
     """Samples in this step: the leading dimension of the first input actually fed (right
     even for datasets whose rows are whole batches), else what the dataset says (sink mode
     feeds no element to the callback)."""
-    element = getattr(cb, "train_dataset_element", None)
+    element = field(cb, "train_dataset_element")
     if element:
         shape = getattr(element[0], "shape", None)
         if shape:
             return int(shape[0])
-    dataset = getattr(cb, "train_dataset", None)
+    dataset = field(cb, "train_dataset")
     try:
         return int(dataset.get_batch_size()) if dataset is not None else None
     except Exception:  # a dataset without batch information: throughput stays null
@@ -39,7 +49,7 @@ def batch_size_of(cb: Any) -> int | None:
 def evaluation_of(cb: Any) -> dict[str, float | None] | None:
     """``Model.fit``'s evaluation results (metrics and ``eval_loss``) as floats; None for a
     metric that is not one number (a confusion matrix)."""
-    results = getattr(cb, "eval_results", None)
+    results = field(cb, "eval_results")
     if not isinstance(results, dict):
         return None
     return {str(name): _number(value) for name, value in results.items()}
@@ -49,7 +59,7 @@ def sink_mode_dropped(cb: Any) -> bool:
     """Whether ``Model.train``/``fit`` was called with ``dataset_sink_mode=True`` that
     MindSpore dropped without a word (it does on the CPU). The request is not in the
     callback's parameters, only in ``Model._train``'s frame: read it there, best effort."""
-    if getattr(cb, "dataset_sink_mode", False) or ms.get_context("device_target") != "CPU":
+    if field(cb, "dataset_sink_mode", False) or ms.get_context("device_target") != "CPU":
         return False
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:

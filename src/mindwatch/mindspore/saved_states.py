@@ -9,6 +9,7 @@ from typing import Any
 from mindspore.train import ModelCheckpoint
 
 from ..framework import SavedStates
+from .cb_params import field
 
 
 class ModelCheckpointWatch:
@@ -19,8 +20,8 @@ class ModelCheckpointWatch:
         self._saves: dict[str, int] = {}         # path -> the step whose weights it holds
 
     def begin(self, cb_params: Any) -> None:
-        self._callbacks = [callback for callback in getattr(cb_params, "list_callback", None)
-                           or () if isinstance(callback, ModelCheckpoint)]
+        self._callbacks = [callback for callback in field(cb_params, "list_callback") or ()
+                           if isinstance(callback, ModelCheckpoint)]
 
     def step_end(self) -> None:
         """Note each callback's newest file. Called before the step is judged: a callback

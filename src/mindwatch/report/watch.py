@@ -41,7 +41,7 @@ from .watch_state import LAST_ANOMALIES, SPARK_WIDTH, RankState, WatchState
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 # The widest view measured for a file or a pipe, in columns: a bound for rich's measuring only;
-# no real row comes near it (eight devices a rank take some 200).
+# no real row comes near it (eight devices a rank take some 225).
 _WIDEST = 100_000
 EXIT_ENDED, EXIT_NOT_ENDED, EXIT_INTERRUPTED = 0, 1, 130
 
