@@ -176,7 +176,7 @@ def test_summary_and_report_show_the_rewind(tmp_path):
         {"step": 22, "to_step": 20, "anomaly": "loss_spike", "origin_rank": 0}]
     assert "1 rewind (step 22 -> 20)" in render_text(summary)
     page = render_html(read_run(str(tmp_path)))
-    assert 'id="recovery">Recovery: 0 update(s) withheld, 1 rewind(s)' in page
+    assert 'id="recovery">Recovery: 0 updates withheld, 1 rewind' in page
     assert '<tr data-step="22" data-to-step="20"><td>22</td><td>20</td><td>0</td>' \
            '<td>loss_spike</td>' in page
     # Beside a run that never rewound, the page of both names the run that did.
@@ -186,7 +186,7 @@ def test_summary_and_report_show_the_rewind(tmp_path):
     clean.close()
     page = render_compare([read_run(str(tmp_path)), read_run(str(tmp_path / "clean"))],
                           ["rewound", "clean"])
-    assert '<h2 id="recovery">Recovery</h2><h3 data-run="rewound">rewound: 0 update(s) ' \
-           "withheld, 1 rewind(s)</h3>" in page
+    assert '<h2 id="recovery">Recovery</h2><h3 data-run="rewound">rewound: 0 updates ' \
+           "withheld, 1 rewind</h3>" in page
     assert 'data-run="clean">clean:' not in page
     assert '<tr data-step="22" data-to-step="20"><td>22</td><td>20</td>' in page

@@ -218,7 +218,7 @@ def test_watch_follows_a_live_run_and_returns_at_the_end(tmp_path):
     assert code == 0
     assert marks["closing"] <= returned < marks["closing"] + 5   # not before, soon after `end`
     out = console.file.getvalue()
-    assert "(final)" in out and "2/2 rank(s), 2 ended" in out
+    assert "(final)" in out and "2/2 ranks, 2 ended" in out
     assert out.count("40") >= 2 and "completed" in out
     assert "loss_nonfinite" in out and "loss is nan at step 30" in out
     assert "gpu1 77% 66°C 500 MB" in out
@@ -242,7 +242,7 @@ def test_watch_timeout_and_interrupt(tmp_path):
 def test_cli_watch(tmp_path, capsys):
     _train(str(tmp_path), ranks=1, steps=5, delay=0)
     assert main(["watch", str(tmp_path), "--refresh", "0.01"]) == 0
-    assert "1/1 rank(s), 1 ended" in " ".join(capsys.readouterr().out.split())
+    assert "1/1 rank, 1 ended" in " ".join(capsys.readouterr().out.split())
     with open(tmp_path / "rank_0.jsonl", "a") as handle:
         handle.write("}{\n")                      # a bad line after the end: skipped, said
     assert main(["watch", str(tmp_path)]) == 0
@@ -304,7 +304,7 @@ def test_watch_into_a_file_cuts_no_row(tmp_path):
     run_dir = tmp_path / "wide"
     _wide_run(run_dir)
     lines = _watch_into_a_file(tmp_path, run_dir)
-    assert lines[0].startswith(f"mindwatch watch (final): {run_dir}: 8/8 rank(s), 8 ended, "
+    assert lines[0].startswith(f"mindwatch watch (final): {run_dir}: 8/8 ranks, 8 ended, "
                                "watching for ")
     for rank in range(8):                                    # every column of every rank
         assert _row("\n".join(lines), rank).split() == [

@@ -103,7 +103,7 @@ def render_compare(runs: list[RunLog], labels: list[str], *, max_points: int = 2
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{_esc(title)}</title>", f"<style>{page._CSS}{_COMPARE_CSS}</style></head><body>",
         '<main id="report" data-rendered="0">', f"<h1>{_esc(title)}</h1>",
-        f'<p class="meta">{len(runs)} runs, {ranks} rank(s), {_esc(verdict)}; generated '
+        f'<p class="meta">{len(runs)} runs, {fmt.count(ranks, "rank")}, {_esc(verdict)}; generated '
         f'{_esc(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>',
         page._skipped_note(list(zip(labels, runs, strict=True))),
         page._hung_note(zip(labels, anomalies, strict=True)),

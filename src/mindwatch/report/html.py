@@ -163,7 +163,7 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{_esc(title)}</title>", f"<style>{_CSS}</style></head><body>",
         '<main id="report" data-rendered="0">', f"<h1>{_esc(title)}</h1>",
-        f'<p class="meta">{len(run.ranks)} rank(s), {_esc(verdict)}; generated '
+        f'<p class="meta">{fmt.count(len(run.ranks), "rank")}, {_esc(verdict)}; generated '
         f'{_esc(time.strftime("%Y-%m-%d %H:%M:%S"))}</p>',
         _skipped_note([("", run)]), _hung_note([("", anomalies)]),
         '<div id="errors" class="errors"></div>',

@@ -9,6 +9,7 @@ import html
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import format as fmt
 from ..records import Common, Rewind
 
 
@@ -24,7 +25,7 @@ def recovery_section(scans: Sequence[Any], table: Callable[..., str],
     if not withheld and not rewinds:
         return ""
     events = len({(r.get(Rewind.STEP), r.get(Rewind.TO_STEP)) for r in rewinds})
-    counts = f"{withheld} update(s) withheld, {events} rewind(s)"
+    counts = f"{fmt.count(withheld, 'update')} withheld, {fmt.count(events, 'rewind')}"
     parts = [f'<h2 id="recovery">Recovery: {counts}</h2>' if label is None else
              f'<h3 data-run="{html.escape(label)}">{html.escape(label)}: {counts}</h3>']
     if withheld:

@@ -159,7 +159,7 @@ def render(state: WatchState, *, elapsed_s: float | None = None, final: bool = F
                            ", ".join(a.get(Anomaly.ACTIONS) or []), str(a.get(Anomaly.MESSAGE)))
         parts.append(recent)
     ended = sum(1 for rs in ranks.values() if rs.end is not None)
-    where = f"{state.run_dir}: {len(ranks)}/{state.world_size} rank(s), {ended} ended"
+    where = f"{state.run_dir}: {len(ranks)}/{fmt.count(state.world_size, 'rank')}, {ended} ended"
     if state.history_left:
         where += f", reading older records ({1 - state.history_left:.0%})"
     if elapsed_s is not None:
