@@ -1,5 +1,6 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both create .venv when it is
-# missing, from the pins in requirements.lock (one place).
+# missing, from the pins in requirements.lock (one place) and, for the MindFormers tests,
+# requirements-mindformers.lock (installed without dependency resolution: see that file).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,10 +10,11 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock requirements-mindformers.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -r requirements-mindformers.lock
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

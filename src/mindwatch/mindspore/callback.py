@@ -15,6 +15,7 @@ from ..records import Run, Step, Versions
 from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
 from .cb_params import batch_size_of, evaluation_of, field, optimizer_of, sink_mode_dropped
+from .cell_reader import TrainCellReader
 from .checkpoint import resume_snippet, save_atomically
 from .consensus import RankConsensus
 from .distributed import communication_initialised, current_rank
@@ -29,10 +30,6 @@ from .saved_states import ModelCheckpointWatch
 from .snapshots import TrainStateSnapshots
 from .wrap import MonitoredTrainStep
 
-_GRAD_CHECKS_OFF = ("gradient checks are off: the train cell does not return gradient norms. "
-                    "Build the train step with monitor.wrap(net_with_loss, optimizer) and pass "
-                    "it to Model(train_step) to turn them on")
-
 
 class TrainMonitor(Callback):
     """Monitors a MindSpore training run: a ``mindspore.train.Callback`` for ``Model.train``.
@@ -43,6 +40,8 @@ class TrainMonitor(Callback):
             to ``checkpoints/``.
         stream: where the console view writes (default ``sys.stdout``).
         clock: time source (tests pass a fake one).
+        reader: how to read a train cell not built by ``wrap`` (a framework's, e.g.
+            ``mindwatch.mindformers``); by default MindSpore's and the user's.
         **settings: any ``MonitorSettings`` field, each with a default (docs/api.md lists
             them with units), e.g. ``print_interval=10``, ``grad_explode=100.0``,
             ``on_anomaly={"loss_spike": "stop"}``, ``tensorboard=True``.
@@ -65,8 +64,10 @@ class TrainMonitor(Callback):
         model.train(3, dataset, callbacks=[monitor], dataset_sink_mode=False)
     """
 
-    def __init__(self, log_dir: str, *, stream=None, clock=None, **settings: Any):
+    def __init__(self, log_dir: str, *, stream=None, clock=None,
+                 reader: TrainCellReader | None = None, **settings: Any):
         rank = current_rank()
+        self._reader = reader or TrainCellReader()
         self._saved = ModelCheckpointWatch()
         framework = FrameworkHooks(
             versions={Versions.MINDSPORE: ms.__version__}, save_checkpoint=self._save_checkpoint,
@@ -279,13 +280,19 @@ class TrainMonitor(Callback):
         self._mark = now
         self._last_step_num = step
         self._saved.step_end()
-        out = read_outputs(cb.net_outputs,
-                           wrapped_by=self.train_step if self._is_wrapped(cb) else None)
+        if self._is_wrapped(cb):
+            out = read_outputs(cb.net_outputs, wrapped_by=self.train_step)
+        else:
+            cell = field(cb, "train_network")
+            out = self._reader.read(cb.net_outputs, cell)
+            if out.param_sq_norms is not None and self._layers is None:
+                names = self._reader.layer_names(cell)
+                self._layers = LayerGrouping(names) if names else None
         if out.lr_groups is None:
             out.lr_groups = self._lr.applied(optimizer_of(cb))
         if out.grad_norm is None and not self._said_grads_off:
             self._said_grads_off = True
-            self.monitor.notice(_GRAD_CHECKS_OFF)
+            self.monitor.notice(self._reader.grad_checks_off(field(cb, "train_network")))
         try:
             out.extra[Step.DATA_TIME_S] = self._data_time
             self.monitor.observe(
@@ -370,9 +377,7 @@ class TrainMonitor(Callback):
         """Why this set-up cannot withhold an anomalous update, with what to change."""
         cb = self._cb_params
         if self.train_step is None or (cb is not None and not self._is_wrapped(cb)):
-            return ("the train cell does not withhold anomalous updates: build it with "
-                    "monitor.wrap(net_with_loss, optimizer) and train Model(train_step), or "
-                    "monitor.jit_step(forward_fn, optimizer) in a custom loop")
+            return self._reader.unprotected(field(cb, "train_network"))
         if not self.train_step.skip_anomalous:
             return ("monitor.wrap(..., skip_anomalous_updates=False) applies every update: "
                     "leave skip_anomalous_updates=True, the default")

@@ -1,0 +1,26 @@
+"""The MindSpore Transformers (MindFormers) adapter, on the MindSpore one: the only part of
+mindwatch that imports MindFormers.
+
+``from mindwatch.mindformers import MindWatchMonitor`` imports MindFormers and registers the
+callback with it, so YAML configs can name it (``type: MindWatchMonitor``). The package
+itself imports MindFormers only then: ``python -m mindwatch.mindformers`` (the folder for
+``run_mindformer.py --register_path``) stays instant.
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+__all__ = ["MindFormersReader", "MindWatchMonitor"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if importlib.util.find_spec("mindformers") is None:
+        raise ImportError("mindwatch.mindformers needs MindSpore Transformers 2.0 beside "
+                          "MindSpore 2.10: pip install mindformers==2.0.0 "
+                          "(docs/mindformers.md)")
+    from .monitor import MindWatchMonitor
+    from .reader import MindFormersReader
+    return {"MindWatchMonitor": MindWatchMonitor, "MindFormersReader": MindFormersReader}[name]

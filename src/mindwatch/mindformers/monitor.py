@@ -1,0 +1,40 @@
+"""``MindWatchMonitor``: mindwatch as a MindFormers callback, for its Trainer and YAML
+configs (``callbacks: - type: MindWatchMonitor``)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+
+from ..mindspore import TrainMonitor
+from .reader import MindFormersReader
+
+DEFAULT_SUBDIR = "mindwatch"
+
+
+def default_log_dir() -> str:
+    """``<MindFormers' output directory>/mindwatch``: beside its checkpoints and logs."""
+    try:
+        from mindformers.tools.utils import get_output_root_path
+        root = get_output_root_path()
+    except Exception:  # an older MindFormers without it: the working directory's output/
+        root = os.path.join(os.getcwd(), "output")
+    return os.path.join(root, DEFAULT_SUBDIR)
+
+
+@MindFormerRegister.register(MindFormerModuleType.CALLBACK)
+class MindWatchMonitor(TrainMonitor):
+    """``TrainMonitor`` reading MindFormers' train cells and their decisions.
+
+    Args:
+        log_dir: the run directory; default ``<output_dir>/mindwatch``.
+        **settings: any mindwatch setting (docs/api.md), as YAML keys of the callback entry.
+
+    MindFormers sorts its own callbacks (MFLossMonitor, TrainingStateMonitor, ...,
+    CheckpointMonitor) before any other: this one runs after them at every step, so a stop
+    it asks for ends training after that step, once CheckpointMonitor has saved it.
+    """
+
+    def __init__(self, log_dir: str | None = None, **settings: Any):
+        super().__init__(log_dir or default_log_dir(), reader=MindFormersReader(), **settings)

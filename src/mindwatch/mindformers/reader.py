@@ -1,0 +1,62 @@
+"""Reading MindFormers' train cells (``MFTrainOneStepCell`` and its pipeline twin): their
+outputs and their own decisions about the update.
+
+``(loss, overflow, scaling_sens, learning_rate, global_norm[, local_norm, size])``: the
+update is dropped on an overflow, and with ``use_skip_data_by_global_norm`` also when the
+global norm is not below ``global_norm_spike_threshold`` (the cell compares
+``global_norm < threshold`` in float32). ``global_norm`` is None unless ``use_clip_grad``;
+``local_norm`` (``runner_wrapper.local_norm: True``) is each gradient's squared L2 norm, in
+the order of the optimizer's parameters.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..mindspore.cell_reader import TrainCellReader
+from ..mindspore.outputs import StepOutputs, read_outputs
+
+_TUPLE_LENGTHS = (5, 7)
+
+
+class MindFormersReader(TrainCellReader):
+    def read(self, outputs: Any, cell: Any) -> StepOutputs:
+        out = read_outputs(outputs)
+        if not isinstance(outputs, (tuple, list)) or len(outputs) not in _TUPLE_LENGTHS:
+            return out
+        if not out.skipped and getattr(cell, "use_skip_data_by_global_norm", False):
+            out.skipped = not _below(out.grad_norm, getattr(cell, "global_norm_spike_threshold",
+                                                            1.0))
+        if len(outputs) == 7 and outputs[5] is not None:
+            out.param_sq_norms = np.asarray(outputs[5].asnumpy(), np.float64).reshape(-1)
+        if out.grad_norm is not None:
+            out.grads_finite = math.isfinite(out.grad_norm)
+        return out
+
+    def layer_names(self, cell: Any) -> list[str] | None:
+        weights = getattr(cell, "weights", None)
+        return [parameter.name for parameter in weights] if weights is not None else None
+
+    def grad_checks_off(self, cell: Any) -> str:
+        return ("gradient checks are off: MindFormers' train cell returns no global gradient "
+                "norm without runner_wrapper.use_clip_grad: True (max_grad_norm then bounds "
+                "it); set it to have mindwatch check the norm")
+
+    def unprotected(self, cell: Any) -> str:
+        if cell is not None and not getattr(cell, "use_clip_grad", True):
+            return ("MindFormers' train cell computes no global gradient norm without "
+                    "runner_wrapper.use_clip_grad: True; with it mindwatch checks the norm, "
+                    "and use_skip_data_by_global_norm: True with monitor_config."
+                    "global_norm_spike_threshold has MindFormers withhold a spiking step")
+        return ("MindFormers' train cell withholds an update only on overflow and, with "
+                "use_skip_data_by_global_norm: True, when the global norm reaches "
+                "monitor_config.global_norm_spike_threshold; mindwatch cannot act inside it")
+
+
+def _below(norm: float | None, threshold: float) -> bool:
+    """The cell's ``global_norm < threshold``, in float32 as the graph compares."""
+    if norm is None:
+        return True
+    return bool(np.float32(norm) < np.float32(threshold))

@@ -1,0 +1,94 @@
+"""What ``run_mindformer.py --config CONFIG`` does, on the CPU: ``MindFormerConfig``,
+``build_context``, ``Trainer(config).train()``, with a small random-token dataset.
+
+    python mf_launcher.py CONFIG
+
+The test-only parts, which the CPU needs and a user's Ascend run does not: the
+``hyper_parallel`` stand-in (see hyper_parallel_standin.py), ``CPUTrainOneStepCell``
+(MFTrainOneStepCell's overflow check uses NPUGetFloatStatusV2, Ascend-only; this one looks
+for non-finite gradients with IsFinite), and ``NanAtStep``, a callback the test YAML lists to
+put NaN into the embedding for one step. mindwatch comes in through the YAML alone.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hyper_parallel_standin  # noqa: E402
+
+hyper_parallel_standin.install()
+
+import mindspore as ms  # noqa: E402
+import numpy as np  # noqa: E402
+from mindformers import MindFormerConfig, Trainer  # noqa: E402
+from mindformers.core.context import build_context  # noqa: E402
+from mindformers.tools.register import MindFormerModuleType, MindFormerRegister  # noqa: E402
+from mindformers.wrapper import MFTrainOneStepCell  # noqa: E402
+from mindspore import dataset as ds  # noqa: E402
+from mindspore import ops  # noqa: E402
+from mindspore.train import Callback  # noqa: E402
+
+VOCAB, SEQ, BATCH, SAMPLES = 128, 32, 2, 40
+
+
+@MindFormerRegister.register(MindFormerModuleType.WRAPPER)
+class CPUTrainOneStepCell(MFTrainOneStepCell):
+    """MFTrainOneStepCell with an overflow check that runs on the CPU: any non-finite
+    gradient is an overflow (MindFormers then drops the update)."""
+
+    def start_overflow_check(self, pre_cond, compute_input):
+        return ms.Tensor(False), compute_input
+
+    def get_overflow_status(self, status, compute_output):
+        finite = ops.stack([ops.isfinite(grad).all() for grad in compute_output])
+        return ops.logical_not(finite.all())
+
+
+@MindFormerRegister.register(MindFormerModuleType.CALLBACK)
+class NanAtStep(Callback):
+    """NaN in the token embedding during step ``step`` only (a corrupted forward)."""
+
+    def __init__(self, step):
+        self.step, self.saved = step, None
+
+    def _embedding(self, run_context):
+        cell = run_context.original_args().train_network
+        return next(p for p in cell.get_parameters() if "embedding" in p.name)
+
+    def on_train_step_begin(self, run_context):
+        if run_context.original_args().cur_step_num == self.step:
+            weight = self._embedding(run_context)
+            self.saved = weight.asnumpy().copy()
+            ops.assign(weight, ms.Tensor(np.full_like(self.saved, np.nan)))
+
+    def on_train_step_end(self, run_context):
+        if self.saved is not None:
+            ops.assign(self._embedding(run_context), ms.Tensor(self.saved))
+            self.saved = None
+
+
+@MindFormerRegister.register(MindFormerModuleType.CALLBACK)
+class GlobalStepAtEnd(Callback):
+    """Prints the optimizer's step when training ends: updates actually applied."""
+
+    def on_train_end(self, run_context):
+        optimizer = run_context.original_args().train_network.optimizer
+        print(f"optimizer global_step {int(optimizer.global_step.asnumpy()[0])}", flush=True)
+
+
+def main(config_path):
+    config = MindFormerConfig(config_path)
+    build_context(config)
+    tokens = np.random.default_rng(0).integers(3, VOCAB, size=(SAMPLES, SEQ + 1))
+    data = ds.NumpySlicesDataset({"input_ids": tokens.astype(np.int32)}, shuffle=False)
+    callbacks = []
+    if os.environ.get("MINDWATCH_TRAINER_LOG_DIR"):        # the Trainer(callbacks=[...]) way
+        from mindwatch.mindformers import MindWatchMonitor
+        callbacks.append(MindWatchMonitor(os.environ["MINDWATCH_TRAINER_LOG_DIR"],
+                                          hardware_interval_s=None))
+    Trainer(args=config, train_dataset=data.batch(BATCH, drop_remainder=True),
+            callbacks=callbacks or None).train()
+    print("training returned", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,146 @@
+"""mindwatch in MindSpore Transformers' own pipeline: a YAML config with a `callbacks:` entry,
+run the way run_mindformer.py runs it (mf_launcher.py), a 2-layer legacy Llama on the CPU."""
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from mindwatch.runlog import read_rank_log
+
+pytestmark = [
+    pytest.mark.mindformers, pytest.mark.timeout(300),
+    pytest.mark.skipif(importlib.util.find_spec("mindformers") is None,
+                       reason="MindFormers is not installed (make venv installs it)")]
+
+HERE = Path(__file__).parent
+REGISTER_PATH = str(Path(__file__).parents[2] / "src" / "mindwatch" / "mindformers" / "register")
+STEPS = 20
+# MFLossMonitor's line: "step:[    6/   20], loss:[4.861962/4.856197], ..., lr: 0.001, ...
+# global_norm: [1.5296158]"
+_MF_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([^/]+)/[^\]]+\].*?lr: ([^,]+), "
+                      r"overflow cond: (\w+).*?global_norm: \[?([^\],]+)\]?")
+
+
+def _config(tmp_path, *, mindwatch=True, callbacks=(), clip=True, **top):
+    monitor = {"type": "MindWatchMonitor", "auto_register": "mindwatch_callback.MindWatchMonitor",
+               "log_dir": str(tmp_path / "mw"), "hardware_interval_s": None}
+    config = {
+        "seed": 0, "output_dir": str(tmp_path / "output"), "load_checkpoint": "",
+        "run_mode": "train", "use_parallel": False,
+        "trainer": {"type": "CausalLanguageModelingTrainer", "model_name": "llama_tiny"},
+        "runner_config": {"epochs": 1, "batch_size": 2, "sink_mode": False, "sink_size": 1,
+                          "gradient_accumulation_steps": 1},
+        "optimizer": {"type": "AdamW", "betas": [0.9, 0.95], "eps": 1e-8,
+                      "learning_rate": 1e-3},
+        "lr_schedule": {"type": "LinearWithWarmUpLR", "learning_rate": 1e-3, "warmup_steps": 5,
+                        "total_steps": -1},
+        "callbacks": [{"type": "MFLossMonitor"}, *callbacks, *([monitor] if mindwatch else []),
+                      {"type": "GlobalStepAtEnd"}],
+        "context": {"mode": 0, "device_target": "CPU", "max_call_depth": 10000},
+        "parallel": {"parallel_mode": 0},
+        "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": 1,
+                            "micro_batch_num": 1, "vocab_emb_dp": True,
+                            "gradient_aggregation_group": 4},
+        "micro_batch_interleave_num": 1,
+        "model": {"model_config": {
+            "type": "LlamaConfig", "batch_size": 2, "seq_length": 32, "hidden_size": 64,
+            "num_layers": 2, "num_heads": 4, "vocab_size": 128, "multiple_of": 16,
+            "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+            "ignore_token_id": -100, "compute_dtype": "float32",
+            "layernorm_compute_type": "float32", "softmax_compute_type": "float32",
+            "rotary_dtype": "float32", "param_init_type": "float32", "use_past": False,
+            # the CPU: no fused RmsNorm kernel, no flash attention, the sliced rope
+            "use_flash_attention": False, "use_rope_slice": True, "fused_rms_norm": False},
+            "arch": {"type": "LlamaForCausalLM"}},
+        "runner_wrapper": {"type": "CPUTrainOneStepCell", "scale_sense": 1.0,
+                           "use_clip_grad": clip, "max_grad_norm": 1e6},
+        **top}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _run(tmp_path, config, **env):
+    result = subprocess.run(
+        [sys.executable, str(HERE / "mf_launcher.py"), str(config)], cwd=tmp_path,
+        env={**os.environ, "REGISTER_PATH": REGISTER_PATH, **env}, capture_output=True,
+        text=True, timeout=280)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    applied = re.search(r"optimizer global_step (\d+)", result.stdout)
+    return int(applied.group(1)) if applied else None
+
+
+def _mf_steps(tmp_path):
+    """MFLossMonitor's records of each step, from MindFormers' own log."""
+    text = (tmp_path / "output" / "log" / "rank_0" / "info.log").read_text()
+    return {int(m[1]): {"loss": float(m[2]), "lr": float(m[3]), "overflow": m[4] == "True",
+                        "grad_norm": float(m[5])} for m in _MF_LINE.finditer(text)}
+
+
+def test_a_healthy_run_matches_mflossmonitor_step_by_step(tmp_path):
+    applied = _run(tmp_path, _config(tmp_path))
+    log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
+    ours, theirs = {s["step"]: s for s in log.steps}, _mf_steps(tmp_path)
+    assert sorted(ours) == sorted(theirs) == list(range(1, STEPS + 1))
+    for step, mf in theirs.items():
+        mine = ours[step]
+        assert mine["loss"] == pytest.approx(mf["loss"], abs=1e-6), step
+        assert mine["lr"] == pytest.approx(mf["lr"], rel=1e-6), step
+        assert mine["grad_norm"] == pytest.approx(mf["grad_norm"], rel=1e-6), step
+        assert mine["skipped"] is False
+    assert len({s["lr"] for s in log.steps}) > 5                  # the warm-up moved it
+    assert log.end["reason"] == "completed" and log.records[0]["total_steps"] == STEPS
+    assert applied == STEPS
+
+
+def test_a_step_mindformers_skips_by_global_norm_is_skipped(tmp_path):
+    threshold = 1.4
+    config = _config(tmp_path, use_skip_data_by_global_norm=True,
+                     monitor_config={"global_norm_spike_threshold": threshold})
+    applied = _run(tmp_path, config)
+    steps = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")).steps
+    expected = [s["step"] for s in steps if np.float32(s["grad_norm"]) >= np.float32(threshold)]
+    assert 0 < len(expected) < STEPS
+    assert [s["step"] for s in steps if s["skipped"]] == expected
+    assert applied == STEPS - len(expected)                   # what MindFormers really did
+
+
+def test_a_nan_step_is_withheld_by_mindformers_and_stops_with_the_last_good_weights(tmp_path):
+    import mindspore as ms
+    config = _config(tmp_path, callbacks=[{"type": "NanAtStep", "step": 6}])
+    applied = _run(tmp_path, config)
+    log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
+    assert [s["step"] for s in log.steps] == [1, 2, 3, 4, 5, 6]
+    assert log.steps[-1]["skipped"] is True                    # the overflow dropped it
+    assert log.end["reason"] == "stopped" and applied == 5
+    anomaly = log.anomalies[0]
+    assert anomaly["anomaly"] == "loss_nonfinite" and anomaly["actions"] == ["checkpoint", "stop"]
+    saved = ms.load_checkpoint(anomaly["checkpoint"])
+    assert all(np.isfinite(v.asnumpy()).all() for v in saved.values())
+    report = json.loads(Path(anomaly["report"]).read_text())
+    assert "the checkpoint holds the last good weights: step 6's update was withheld" in \
+        report["notes"]
+
+
+def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path):
+    _run(tmp_path, _config(tmp_path, clip=False, callbacks=[{"type": "NanAtStep", "step": 4}]))
+    log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
+    notices = [n["message"] for n in log.of_kind("notice")]
+    assert any("runner_wrapper.use_clip_grad: True" in n for n in notices), notices
+    assert not any("monitor.wrap" in n for n in notices)
+    assert all(s["grad_norm"] is None for s in log.steps)
+
+
+def test_the_trainer_callbacks_argument_works_too(tmp_path):
+    applied = _run(tmp_path, _config(tmp_path, mindwatch=False),
+                   MINDWATCH_TRAINER_LOG_DIR=str(tmp_path / "mw"))
+    log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
+    assert [s["step"] for s in log.steps] == list(range(1, STEPS + 1))
+    assert log.end["reason"] == "completed" and applied == STEPS
