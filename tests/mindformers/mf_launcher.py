@@ -19,14 +19,13 @@ hyper_parallel_standin.install()
 
 import mindspore as ms  # noqa: E402
 import numpy as np  # noqa: E402
+from mindformers import MindFormerConfig, Trainer  # noqa: E402
 from mindformers.core.context import build_context  # noqa: E402
 from mindformers.tools.register import MindFormerModuleType, MindFormerRegister  # noqa: E402
 from mindformers.wrapper import MFTrainOneStepCell  # noqa: E402
 from mindspore import dataset as ds  # noqa: E402
 from mindspore import ops  # noqa: E402
 from mindspore.train import Callback  # noqa: E402
-
-from mindformers import MindFormerConfig, Trainer  # noqa: E402
 
 VOCAB, SEQ, BATCH, SAMPLES = 128, 32, 2, 40
 

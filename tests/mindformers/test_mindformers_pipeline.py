@@ -144,3 +144,24 @@ def test_the_trainer_callbacks_argument_works_too(tmp_path):
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     assert [s["step"] for s in log.steps] == list(range(1, STEPS + 1))
     assert log.end["reason"] == "completed" and applied == STEPS
+
+
+def test_local_norms_are_per_layer_norms_beside_mindformers_own_monitors(tmp_path):
+    config = _config(tmp_path, callbacks=[
+        {"type": "TrainingStateMonitor", "config": {"local_norm_format": "log"}},
+        {"type": "CheckpointMonitor", "prefix": "llama_tiny", "save_checkpoint_steps": 10,
+         "directory": str(tmp_path / "output" / "checkpoint")}])
+    yaml_config = yaml.safe_load(config.read_text())
+    yaml_config["runner_wrapper"]["local_norm"] = True
+    yaml_config["callbacks"][-2]["layer_norms_interval"] = 5
+    config.write_text(yaml.safe_dump(yaml_config))
+    assert _run(tmp_path, config) == STEPS
+    steps = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")).steps
+    with_layers = [s for s in steps if "layer_grad_norms" in s]
+    assert [s["step"] for s in with_layers] == [5, 10, 15, 20]
+    for step in with_layers:
+        layers = step["layer_grad_norms"]
+        assert "model.layers.0.attention.wq" in layers and len(layers) > 10
+        total = np.sqrt(sum(v ** 2 for v in layers.values()))
+        assert total == pytest.approx(step["grad_norm"], rel=1e-4)   # they compose
+    assert list((tmp_path / "output" / "checkpoint").rglob("*.ckpt"))
