@@ -165,3 +165,19 @@ def test_local_norms_are_per_layer_norms_beside_mindformers_own_monitors(tmp_pat
         total = np.sqrt(sum(v ** 2 for v in layers.values()))
         assert total == pytest.approx(step["grad_norm"], rel=1e-4)   # they compose
     assert list((tmp_path / "output" / "checkpoint").rglob("*.ckpt"))
+
+
+def test_the_run_length_is_right_when_the_cpu_drops_mindformers_sink_mode(tmp_path):
+    # MindFormers multiplies the epochs by data size / sink size for its sinks; the CPU then
+    # trains every one of those epochs over the whole dataset
+    config = _config(tmp_path)
+    yaml_config = yaml.safe_load(config.read_text())
+    yaml_config["runner_config"].update(sink_mode=True, sink_size=5)
+    config.write_text(yaml.safe_dump(yaml_config))
+    applied = _run(tmp_path, config)
+    log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
+    trained = len(log.steps)
+    assert trained == applied > STEPS
+    assert log.records[0]["total_steps"] == trained
+    notices = [n["message"] for n in log.of_kind("notice")]
+    assert any("dataset_sink_mode=True was asked for" in n for n in notices)

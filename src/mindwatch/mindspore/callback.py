@@ -14,7 +14,14 @@ from ..monitor import Monitor
 from ..records import Run, Step, Versions
 from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
-from .cb_params import batch_size_of, evaluation_of, field, optimizer_of, sink_mode_dropped
+from .cb_params import (
+    batch_size_of,
+    dataset_size_of,
+    evaluation_of,
+    field,
+    optimizer_of,
+    sink_mode_dropped,
+)
 from .cell_reader import TrainCellReader
 from .checkpoint import resume_snippet, save_atomically
 from .consensus import RankConsensus
@@ -54,14 +61,8 @@ class TrainMonitor(Callback):
 
     With several ranks, call ``mindspore.communication.init()`` first and put this callback
     last in the list: a ``request_stop()`` by an earlier callback is then shared with every
-    rank, which all stop after the same step.
-
-    Example::
-
-        monitor = TrainMonitor("runs/exp1", print_interval=10)
-        train_step = monitor.wrap(net_with_loss, optimizer)
-        model = mindspore.train.Model(train_step)
-        model.train(3, dataset, callbacks=[monitor], dataset_sink_mode=False)
+    rank, which all stop after the same step. Examples of every pipeline:
+    docs/pipelines.md.
     """
 
     def __init__(self, log_dir: str, *, stream=None, clock=None,
@@ -232,14 +233,19 @@ class TrainMonitor(Callback):
             # LR (ReduceLROnPlateau, LearningRateScheduler) read it from here
             cb.optimizer = self.train_step.optimizer
         self._last_step_num = int(getattr(cb, "cur_step_num", 0) or 0)
-        epochs, per_epoch = getattr(cb, "epoch_num", None), getattr(cb, "batch_num", None)
+        epochs, per_epoch = field(cb, "epoch_num"), field(cb, "batch_num")
+        dropped = sink_mode_dropped(cb)
+        if dropped:
+            # batch_num is then the sink size MindSpore will not use: each epoch trains the
+            # whole dataset (MindFormers, which multiplied its epochs for the sinks, too)
+            per_epoch = dataset_size_of(cb) or per_epoch
         total = self._last_step_num + epochs * per_epoch if epochs and per_epoch else None
         self.monitor.start(total_steps=total, **{
             Run.WRAPPED: self._is_wrapped(cb),
             Run.MODE: "GRAPH_MODE" if ms.get_context("mode") == ms.GRAPH_MODE else "PYNATIVE_MODE",
             Run.DEVICE_TARGET: ms.get_context("device_target"),
             Run.DATASET_SINK_MODE: bool(getattr(cb, "dataset_sink_mode", False))})
-        if sink_mode_dropped(cb):
+        if dropped:
             self.monitor.notice(
                 "dataset_sink_mode=True was asked for, but MindSpore trains on the CPU "
                 "without sink mode: every step runs on its own, with a callback after each")

@@ -46,6 +46,15 @@ def batch_size_of(cb: Any) -> int | None:
         return None
 
 
+def dataset_size_of(cb: Any) -> int | None:
+    """Batches in one pass over the training dataset."""
+    dataset = field(cb, "train_dataset")
+    try:
+        return int(dataset.get_dataset_size()) if dataset is not None else None
+    except Exception:  # a dataset that cannot tell
+        return None
+
+
 def evaluation_of(cb: Any) -> dict[str, float | None] | None:
     """``Model.fit``'s evaluation results (metrics and ``eval_loss``) as floats; None for a
     metric that is not one number (a confusion matrix)."""
