@@ -75,6 +75,10 @@ class FrameworkHooks:
       updates itself; else why this set-up cannot, and what the user can change so that
       it does (asked at report time).
     - ``saved_states() -> SavedStates``: what other parts of the training script saved.
+    - ``tensorboard_dir(rank) -> str or None``: where this rank's TensorBoard events go
+      (``tensorboard=True``) when the framework has TensorBoard runs of its own, so both
+      show side by side; None: ``<log_dir>/tensorboard/rank_<R>``. Asked when the sinks
+      open (each run segment's start).
     """
 
     versions: Mapping[str, str | None] = field(default_factory=dict)
@@ -86,10 +90,11 @@ class FrameworkHooks:
     sinks: Mapping[str, SinkFactory] = field(default_factory=dict)
     unprotected: Callable[[], str | None] | None = None
     saved_states: Callable[[], SavedStates] | None = None
+    tensorboard_dir: Callable[[int], str | None] | None = None
 
     def __post_init__(self) -> None:
         for name in ("save_checkpoint", "resume_hint", "notes", "memory_reader", "unprotected",
-                     "saved_states"):
+                     "saved_states", "tensorboard_dir"):
             hook = getattr(self, name)
             if hook is not None and not callable(hook):
                 raise TypeError(f"FrameworkHooks.{name} must be callable or None; got "
@@ -98,6 +103,9 @@ class FrameworkHooks:
             if not callable(factory):
                 raise TypeError(f"FrameworkHooks.sinks[{setting!r}] must be callable "
                                 f"(SinkContext -> Sink); got {type(factory).__name__}")
+
+    def tensorboard_directory(self, rank: int) -> str | None:
+        return self.tensorboard_dir(rank) if self.tensorboard_dir is not None else None
 
     def report_notes(self) -> list[str]:
         return list(self.notes()) if self.notes is not None else []

@@ -139,7 +139,8 @@ class Monitor(BackgroundInputs, RankDecisions):
     def _open_sinks(self) -> list[Sink]:
         return open_sinks(self.settings, log_dir=self.log_dir, log_path=self.log_path,
                           rank=self.rank, local_rank=self.local_rank, console=self.console,
-                          framework_sinks=self.framework.sinks)
+                          framework_sinks=self.framework.sinks,
+                          tensorboard_dir=self.framework.tensorboard_directory(self.rank))
 
     @property
     def sinks(self) -> list[Sink]:

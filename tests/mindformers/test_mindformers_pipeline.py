@@ -181,3 +181,21 @@ def test_the_run_length_is_right_when_the_cpu_drops_mindformers_sink_mode(tmp_pa
     assert log.records[0]["total_steps"] == trained
     notices = [n["message"] for n in log.of_kind("notice")]
     assert any("dataset_sink_mode=True was asked for" in n for n in notices)
+
+
+def test_tensorboard_scalars_go_beside_mindformers_own(tmp_path):
+    from tensorboard.backend.event_processing import event_accumulator
+    config = _config(tmp_path, tensorboard={"tensorboard_dir": str(tmp_path / "tb")})
+    yaml_config = yaml.safe_load(config.read_text())
+    yaml_config["callbacks"][-2]["tensorboard"] = True
+    config.write_text(yaml.safe_dump(yaml_config))
+    _run(tmp_path, config)
+    runs = sorted(p.name for p in (tmp_path / "tb").iterdir())
+    assert runs == ["mindwatch_rank_0", "rank_0"]             # one TensorBoard, two runs
+    assert not (tmp_path / "mw" / "tensorboard").exists()
+    acc = event_accumulator.EventAccumulator(str(tmp_path / "tb" / "mindwatch_rank_0"),
+                                             size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    steps = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")).steps
+    losses = {event.step: event.value for event in acc.Scalars("train/loss")}
+    assert losses == {s["step"]: pytest.approx(s["loss"], rel=1e-6) for s in steps}

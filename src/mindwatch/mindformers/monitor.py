@@ -28,7 +28,9 @@ class MindWatchMonitor(TrainMonitor):
     """``TrainMonitor`` reading MindFormers' train cells and their decisions.
 
     Args:
-        log_dir: the run directory; default ``<output_dir>/mindwatch``.
+        log_dir: the run directory; default ``<output_dir>/mindwatch``. With
+            ``tensorboard: True`` the events go beside MindFormers' own TensorBoard runs
+            when its config has ``tensorboard.tensorboard_dir``.
         **settings: any mindwatch setting (docs/api.md), as YAML keys of the callback entry.
 
     MindFormers sorts its own callbacks (MFLossMonitor, TrainingStateMonitor, ...,
@@ -37,4 +39,17 @@ class MindWatchMonitor(TrainMonitor):
     """
 
     def __init__(self, log_dir: str | None = None, **settings: Any):
-        super().__init__(log_dir or default_log_dir(), reader=MindFormersReader(), **settings)
+        super().__init__(log_dir or default_log_dir(), reader=MindFormersReader(),
+                         tensorboard_dir=beside_mindformers_tensorboard, **settings)
+
+
+def beside_mindformers_tensorboard(rank: int) -> str | None:
+    """``<tensorboard_dir>/mindwatch_rank_<R>`` when the config has ``tensorboard:
+    tensorboard_dir`` (MindFormers writes ``<tensorboard_dir>/rank_<R>``): TensorBoard on
+    that folder shows MindFormers' and mindwatch's scalars as runs side by side."""
+    from mindformers.utils.tensorboard import get_tensorboard_writer
+    writer = get_tensorboard_writer()
+    own = getattr(writer, "logdir", None)
+    if not own:
+        return None
+    return os.path.join(os.path.dirname(os.path.normpath(own)), f"mindwatch_rank_{rank}")

@@ -49,6 +49,8 @@ class TrainMonitor(Callback):
         clock: time source (tests pass a fake one).
         reader: how to read a train cell not built by ``wrap`` (a framework's, e.g.
             ``mindwatch.mindformers``); by default MindSpore's and the user's.
+        tensorboard_dir: ``rank -> directory`` for ``tensorboard=True`` beside a framework's
+            own TensorBoard runs (None from it, or no callable: ``<log_dir>/tensorboard/``).
         **settings: any ``MonitorSettings`` field, each with a default (docs/api.md lists
             them with units), e.g. ``print_interval=10``, ``grad_explode=100.0``,
             ``on_anomaly={"loss_spike": "stop"}``, ``tensorboard=True``.
@@ -66,7 +68,8 @@ class TrainMonitor(Callback):
     """
 
     def __init__(self, log_dir: str, *, stream=None, clock=None,
-                 reader: TrainCellReader | None = None, **settings: Any):
+                 reader: TrainCellReader | None = None,
+                 tensorboard_dir: Callable[[int], str | None] | None = None, **settings: Any):
         rank = current_rank()
         self._reader = reader or TrainCellReader()
         self._saved = ModelCheckpointWatch()
@@ -76,7 +79,7 @@ class TrainMonitor(Callback):
             memory_reader=mindspore_memory_reader(),
             snapshots=TrainStateSnapshots(self._train_cell),
             sinks={"mindinsight": open_mindinsight_sink}, unprotected=self._unprotected,
-            saved_states=lambda: self._saved.states())
+            saved_states=lambda: self._saved.states(), tensorboard_dir=tensorboard_dir)
         self.train_step: MonitoredTrainStep | None = None
         self.monitor = Monitor(
             log_dir, rank=rank.rank, world_size=rank.world_size, local_rank=rank.local_rank,

@@ -25,13 +25,14 @@ def check_framework_views(settings: Any, framework_sinks: Mapping[str, SinkFacto
 
 
 def open_sinks(settings: Any, *, log_dir: str, log_path: str, rank: int, local_rank: int,
-               console: Sink, framework_sinks: Mapping[str, SinkFactory]) -> list[Sink]:
+               console: Sink, framework_sinks: Mapping[str, SinkFactory],
+               tensorboard_dir: str | None = None) -> list[Sink]:
     check_framework_views(settings, framework_sinks)
     sinks: list[Sink] = [JsonlSink(log_path), console]
     try:
         if settings.tensorboard:
             from .tensorboard import TensorBoardSink
-            sinks.append(TensorBoardSink(log_dir, rank))
+            sinks.append(TensorBoardSink(log_dir, rank, directory=tensorboard_dir))
         context = SinkContext(log_dir=log_dir, rank=rank, local_rank=local_rank)
         for setting in FRAMEWORK_VIEWS:
             if getattr(settings, setting):

@@ -50,7 +50,10 @@ class TensorBoardSink(Sink):
     queue. ``close`` writes and flushes everything. ``write`` may be called from several
     threads (a lock guards the step bookkeeping)."""
 
-    def __init__(self, log_dir: str, rank: int = 0, *, flush_secs: int = 5):
+    def __init__(self, log_dir: str, rank: int = 0, *, flush_secs: int = 5,
+                 directory: str | None = None):
+        """``directory``: where this rank's events go, instead of
+        ``<log_dir>/tensorboard/rank_<R>`` (beside a framework's own TensorBoard runs)."""
         try:
             from tensorboardX import SummaryWriter
             from tensorboardX.proto.summary_pb2 import Summary
@@ -58,7 +61,7 @@ class TensorBoardSink(Sink):
             raise ImportError(
                 "the TensorBoard sink (tensorboard=True) needs the tensorboardX package: "
                 "pip install tensorboardX   (or: pip install 'mindwatch[tensorboard]')") from exc
-        self.directory = os.path.join(log_dir, "tensorboard", f"rank_{rank}")
+        self.directory = directory or os.path.join(log_dir, "tensorboard", f"rank_{rank}")
         os.makedirs(self.directory, exist_ok=True)
         # max_queue: events held before add_* blocks on the writer thread (default 10 would
         # make a burst of records wait for disk).
