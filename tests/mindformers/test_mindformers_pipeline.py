@@ -127,6 +127,18 @@ def test_a_nan_step_is_withheld_by_mindformers_and_stops_with_the_last_good_weig
     report = json.loads(Path(anomaly["report"]).read_text())
     assert "the checkpoint holds the last good weights: step 6's update was withheld" in \
         report["notes"]
+    assert f'load_checkpoint: "{anomaly["checkpoint"]}"' in report["resume"]   # MindFormers'
+    # ... and it does: every network parameter of a new run loads from that checkpoint
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    again = yaml.safe_load(_config(resumed, mindwatch=False).read_text())
+    again["load_checkpoint"] = anomaly["checkpoint"]
+    (resumed / "config.yaml").write_text(yaml.safe_dump(again))
+    _run(resumed, resumed / "config.yaml")
+    mf_log = (resumed / "output" / "log" / "rank_0" / "info.log").read_text()
+    assert "Network parameters are not loaded: ([]," in mf_log
+    first = _mf_steps(resumed)[1]["loss"]
+    assert first != pytest.approx(_mf_steps(tmp_path)[1]["loss"], abs=1e-4)   # trained weights
 
 
 def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path):

@@ -39,6 +39,11 @@ class MindFormersReader(TrainCellReader):
         weights = getattr(cell, "weights", None)
         return [parameter.name for parameter in weights] if weights is not None else None
 
+    def resume_hint(self, path: str) -> str:
+        return ("# in the YAML config, then run_mindformer.py --config ... as before: the\n"
+                "# weights of that checkpoint load into the model (the optimizer starts afresh)\n"
+                f'load_checkpoint: "{path}"')
+
     def grad_checks_off(self, cell: Any) -> str:
         return ("gradient checks are off: MindFormers' train cell returns no global gradient "
                 "norm without runner_wrapper.use_clip_grad: True (max_grad_norm then bounds "

@@ -23,7 +23,7 @@ from .cb_params import (
     sink_mode_dropped,
 )
 from .cell_reader import TrainCellReader
-from .checkpoint import resume_snippet, save_atomically
+from .checkpoint import save_atomically
 from .consensus import RankConsensus
 from .distributed import communication_initialised, current_rank
 from .functional import ForwardCell, JitTrainStep
@@ -75,7 +75,7 @@ class TrainMonitor(Callback):
         self._saved = ModelCheckpointWatch()
         framework = FrameworkHooks(
             versions={Versions.MINDSPORE: ms.__version__}, save_checkpoint=self._save_checkpoint,
-            resume_hint=resume_snippet, notes=self._report_notes,
+            resume_hint=self._reader.resume_hint, notes=self._report_notes,
             memory_reader=mindspore_memory_reader(),
             snapshots=TrainStateSnapshots(self._train_cell),
             sinks={"mindinsight": open_mindinsight_sink}, unprotected=self._unprotected,

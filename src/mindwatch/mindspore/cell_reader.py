@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .checkpoint import resume_snippet
 from .outputs import StepOutputs, read_outputs
 
 
@@ -20,6 +21,10 @@ class TrainCellReader:
         """The parameter names, in the order of the per-parameter squared norms ``read``
         returns (``param_sq_norms``); None when it returns none."""
         return None
+
+    def resume_hint(self, path: str) -> str:
+        """Code that resumes from the checkpoint at ``path``, for the anomaly report."""
+        return resume_snippet(path)
 
     def grad_checks_off(self, cell: Any) -> str:
         """Said once when the cell returns no gradient norm: how to turn the checks on."""
