@@ -101,7 +101,7 @@ def test_a_healthy_run_matches_mflossmonitor_step_by_step(tmp_path):
 
 
 def test_a_step_mindformers_skips_by_global_norm_is_skipped(tmp_path):
-    threshold = 1.4
+    threshold = 1.43         # about half of this model's steps (1.36-1.49) reach it
     config = _config(tmp_path, use_skip_data_by_global_norm=True,
                      monitor_config={"global_norm_spike_threshold": threshold})
     applied = _run(tmp_path, config)
