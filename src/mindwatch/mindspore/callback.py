@@ -16,10 +16,10 @@ from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
 from .cb_params import (
     batch_size_of,
-    dataset_size_of,
     evaluation_of,
     field,
     optimizer_of,
+    planned_steps,
     sink_mode_dropped,
 )
 from .cell_reader import TrainCellReader
@@ -61,10 +61,8 @@ class TrainMonitor(Callback):
             without ``resume=True``.
         ImportError: a view was asked for whose package is missing (it says what to install).
 
-    With several ranks, call ``mindspore.communication.init()`` first and put this callback
-    last in the list: a ``request_stop()`` by an earlier callback is then shared with every
-    rank, which all stop after the same step. Examples of every pipeline:
-    docs/pipelines.md.
+    Several ranks: call ``mindspore.communication.init()`` first and put this callback last,
+    so an earlier callback's ``request_stop()`` stops every rank after the same step.
     """
 
     def __init__(self, log_dir: str, *, stream=None, clock=None,
@@ -236,14 +234,10 @@ class TrainMonitor(Callback):
             # LR (ReduceLROnPlateau, LearningRateScheduler) read it from here
             cb.optimizer = self.train_step.optimizer
         self._last_step_num = int(getattr(cb, "cur_step_num", 0) or 0)
-        epochs, per_epoch = field(cb, "epoch_num"), field(cb, "batch_num")
         dropped = sink_mode_dropped(cb)
-        if dropped:
-            # batch_num is then the sink size MindSpore will not use: each epoch trains the
-            # whole dataset (MindFormers, which multiplied its epochs for the sinks, too)
-            per_epoch = dataset_size_of(cb) or per_epoch
-        total = self._last_step_num + epochs * per_epoch if epochs and per_epoch else None
-        self.monitor.start(total_steps=total, **{
+        planned = planned_steps(cb, sink_dropped=dropped)
+        self.monitor.start(total_steps=None if planned is None else
+                           self._last_step_num + planned, **{
             Run.WRAPPED: self._is_wrapped(cb),
             Run.MODE: "GRAPH_MODE" if ms.get_context("mode") == ms.GRAPH_MODE else "PYNATIVE_MODE",
             Run.DEVICE_TARGET: ms.get_context("device_target"),
@@ -307,7 +301,8 @@ class TrainMonitor(Callback):
             self.monitor.observe(
                 **out.observation(self._layers),
                 step=step, epoch=getattr(cb, "cur_epoch_num", None), steps=covered,
-                step_time_s=step_time, batch_size=self._batch_size(cb))
+                step_time_s=step_time,
+                batch_size=self.settings.batch_size or batch_size_of(cb))
         except SinkError as exc:
             # on_sink_error="raise": stop cleanly after this step (the other ranks still
             # need this step's exchange), and raise once training has ended.
@@ -341,9 +336,7 @@ class TrainMonitor(Callback):
         if self._training:
             self.monitor.evaluating()
 
-    def on_eval_step_end(self, run_context) -> None:
-        if self._training:
-            self.monitor.evaluating()
+    on_eval_step_end = on_eval_begin
 
     def on_eval_end(self, run_context) -> None:
         if self._training:
@@ -378,9 +371,6 @@ class TrainMonitor(Callback):
     def _is_wrapped(self, cb) -> bool:
         network = getattr(cb, "train_network", None)
         return self.train_step is not None and (network is None or network is self.train_step)
-
-    def _batch_size(self, cb) -> int | None:
-        return self.settings.batch_size or batch_size_of(cb)
 
     def _unprotected(self) -> str | None:
         """Why this set-up cannot withhold an anomalous update, with what to change."""

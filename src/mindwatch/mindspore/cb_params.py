@@ -2,6 +2,7 @@
 converted to plain Python values at this boundary."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from types import FrameType
 from typing import Any
@@ -46,13 +47,16 @@ def batch_size_of(cb: Any) -> int | None:
         return None
 
 
-def dataset_size_of(cb: Any) -> int | None:
-    """Batches in one pass over the training dataset."""
-    dataset = field(cb, "train_dataset")
-    try:
-        return int(dataset.get_dataset_size()) if dataset is not None else None
-    except Exception:  # a dataset that cannot tell
-        return None
+def planned_steps(cb: Any, *, sink_dropped: bool) -> int | None:
+    """Steps this training call will run: epochs x steps per epoch. When MindSpore dropped
+    sink mode, ``batch_num`` is the sink size it does not use and each epoch trains the
+    whole dataset (MindFormers, which multiplied its epochs for the sinks, too)."""
+    epochs, per_epoch = field(cb, "epoch_num"), field(cb, "batch_num")
+    if sink_dropped:
+        dataset = field(cb, "train_dataset")
+        with contextlib.suppress(Exception):   # a dataset that cannot tell: sink size stands
+            per_epoch = int(dataset.get_dataset_size()) if dataset is not None else per_epoch
+    return epochs * per_epoch if epochs and per_epoch else None
 
 
 def evaluation_of(cb: Any) -> dict[str, float | None] | None:
