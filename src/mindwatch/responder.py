@@ -158,26 +158,30 @@ class Responder:
         hook = self.framework.saved_states
         return hook() if hook is not None else SavedStates()
 
+    def _update_withheld(self, anomaly: Anomaly) -> bool | None:
+        """Whether the anomaly's checkpoint left its step's update out: True (the last good
+        weights), False (it holds that update), None (no checkpoint, or not of that step)."""
+        last: Mapping[str, Any] | None = self.history[-1] if self.history else None
+        if not anomaly.checkpoint or last is None or last.get(Step.STEP) != anomaly.step:
+            return None
+        return bool(last.get(Step.SKIPPED))
+
     def resume_target(self, anomaly: Anomaly) -> str | None:
         """Where to resume from: the anomaly's checkpoint when it holds good weights, else
         the last good state saved before the anomaly's step (None when there is none)."""
-        last: Mapping[str, Any] | None = self.history[-1] if self.history else None
-        bad = (anomaly.checkpoint is not None and last is not None
-               and last.get(Step.STEP) == anomaly.step and not last.get(Step.SKIPPED))
-        if not bad:
+        if self._update_withheld(anomaly) is not False:
             return anomaly.checkpoint
         found = self.saved_states().last_before(anomaly.step) if anomaly.step else None
         return found[1] if found is not None else None
 
     def _notes(self, anomaly: Anomaly) -> list[str]:
         notes = self.framework.report_notes()
-        last: Mapping[str, Any] | None = self.history[-1] if self.history else None
-        if anomaly.checkpoint and last is not None and last.get(Step.STEP) == anomaly.step:
-            if last.get(Step.SKIPPED):
-                notes.append(f"the checkpoint holds the last good weights: step {anomaly.step}'s "
-                             "update was withheld")
-            else:
-                notes += self._bad_update_notes(anomaly)
+        withheld = self._update_withheld(anomaly)
+        if withheld:
+            notes.append(f"the checkpoint holds the last good weights: step {anomaly.step}'s "
+                         "update was withheld")
+        elif withheld is False:
+            notes += self._bad_update_notes(anomaly)
         if "checkpoint" in anomaly.actions and self._failed_checkpoint is not None:
             notes.append(f"the checkpoint could not be written: {self._failed_checkpoint}")
         elif "checkpoint" in anomaly.actions and anomaly.checkpoint is None:

@@ -10,7 +10,6 @@ the order of the optimizer's parameters.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -31,8 +30,6 @@ class MindFormersReader(TrainCellReader):
                                                             1.0))
         if len(outputs) == 7 and outputs[5] is not None:
             out.param_sq_norms = np.asarray(outputs[5].asnumpy(), np.float64).reshape(-1)
-        if out.grad_norm is not None:
-            out.grads_finite = math.isfinite(out.grad_norm)
         return out
 
     def layer_names(self, cell: Any) -> list[str] | None:

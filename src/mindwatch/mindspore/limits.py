@@ -1,8 +1,9 @@
 """Handing the host's step limits (spike limits, the LR limit) to wrap's graph.
 
 The spike rules' windows move their limits a little at every step, and each write is a
-host-to-device copy (~1.8 ms for a ``set_data`` on the CPU, measured on the demo model: more
-than everything else mindwatch does in a step). So a limit is written only when it moved by
+host-to-device copy (a ``set_data`` measured ~1.8 ms on the CPU on the demo model, more than
+everything else mindwatch does in a step; the in-place ``ops.assign`` used now is also a
+kernel launch and a copy). So a limit is written only when it moved by
 more than ``LIMIT_SLACK``; the graph's spike limit is then at most that much laxer than the
 rule's, and the host repeats the graph's decision with the limits the graph holds, so records
 and actions still say what happened. The LR limit moves in steps of 5% and is always written.
