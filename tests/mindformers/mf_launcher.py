@@ -6,8 +6,11 @@
 The test-only parts, which the CPU needs and a user's Ascend run does not: the
 ``hyper_parallel`` stand-in (see hyper_parallel_standin.py), ``CPUTrainOneStepCell``
 (MFTrainOneStepCell's overflow check uses NPUGetFloatStatusV2, Ascend-only; this one looks
-for non-finite gradients with IsFinite), and ``NanAtStep``, a callback the test YAML lists to
-put NaN into the embedding for one step. mindwatch comes in through the YAML alone.
+for non-finite gradients with IsFinite), and the callbacks the test YAMLs list to make
+something happen (``NanAtStep``, ``StopAtStep``). mindwatch comes in through the YAML alone.
+
+Under msrun (``use_parallel: True``) each rank trains on its own shard of the data, as
+MindFormers' dataset builders shard it.
 """
 import os
 import sys
@@ -25,6 +28,7 @@ from mindformers.tools.register import MindFormerModuleType, MindFormerRegister 
 from mindformers.wrapper import MFTrainOneStepCell  # noqa: E402
 from mindspore import dataset as ds  # noqa: E402
 from mindspore import ops  # noqa: E402
+from mindspore.communication import get_group_size, get_rank  # noqa: E402
 from mindspore.train import Callback  # noqa: E402
 
 VOCAB, SEQ, BATCH, SAMPLES = 128, 32, 2, 40
@@ -45,10 +49,11 @@ class CPUTrainOneStepCell(MFTrainOneStepCell):
 
 @MindFormerRegister.register(MindFormerModuleType.CALLBACK)
 class NanAtStep(Callback):
-    """NaN in the token embedding during step ``step`` only (a corrupted forward)."""
+    """NaN in the token embedding during step ``step`` only (a corrupted forward), on every
+    rank or on ``rank`` alone."""
 
-    def __init__(self, step):
-        self.step, self.saved = step, None
+    def __init__(self, step, rank=None):
+        self.step, self.saved = (step if rank in (None, _rank()) else None), None
 
     def _embedding(self, run_context):
         cell = run_context.original_args().train_network
@@ -67,6 +72,19 @@ class NanAtStep(Callback):
 
 
 @MindFormerRegister.register(MindFormerModuleType.CALLBACK)
+class StopAtStep(Callback):
+    """``request_stop()`` at the end of step ``step`` on rank ``rank`` only, as a user's early
+    stopping callback listed before mindwatch would."""
+
+    def __init__(self, step, rank):
+        self.step, self.rank = step, rank
+
+    def on_train_step_end(self, run_context):
+        if _rank() == self.rank and run_context.original_args().cur_step_num == self.step:
+            run_context.request_stop()
+
+
+@MindFormerRegister.register(MindFormerModuleType.CALLBACK)
 class GlobalStepAtEnd(Callback):
     """Prints the optimizer's step when training ends: updates actually applied."""
 
@@ -75,11 +93,18 @@ class GlobalStepAtEnd(Callback):
         print(f"optimizer global_step {int(optimizer.global_step.asnumpy()[0])}", flush=True)
 
 
+def _rank():
+    return get_rank() if ms.communication.GlobalComm.INITED else 0
+
+
 def main(config_path):
     config = MindFormerConfig(config_path)
     build_context(config)
     tokens = np.random.default_rng(0).integers(3, VOCAB, size=(SAMPLES, SEQ + 1))
-    data = ds.NumpySlicesDataset({"input_ids": tokens.astype(np.int32)}, shuffle=False)
+    shards = {"num_shards": get_group_size(), "shard_id": get_rank()} \
+        if config.use_parallel else {}
+    data = ds.NumpySlicesDataset({"input_ids": tokens.astype(np.int32)}, shuffle=False,
+                                 **shards)
     callbacks = []
     if os.environ.get("MINDWATCH_TRAINER_LOG_DIR"):        # the Trainer(callbacks=[...]) way
         from mindwatch.mindformers import MindWatchMonitor

@@ -2,15 +2,12 @@
 run the way run_mindformer.py runs it (mf_launcher.py), a 2-layer legacy Llama on the CPU."""
 import importlib.util
 import json
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from mf_config import STEPS, mf_config, mf_steps, run_launcher
 
 from mindwatch.runlog import read_rank_log
 
@@ -19,75 +16,11 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("mindformers") is None,
                        reason="MindFormers is not installed (make venv installs it)")]
 
-HERE = Path(__file__).parent
-REGISTER_PATH = str(Path(__file__).parents[2] / "src" / "mindwatch" / "mindformers" / "register")
-STEPS = 20
-# MFLossMonitor's line: "step:[    6/   20], loss:[4.861962/4.856197], ..., lr: 0.001, ...
-# global_norm: [1.5296158]"
-_MF_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([^/]+)/[^\]]+\].*?lr: ([^,]+), "
-                      r"overflow cond: (\w+).*?global_norm: \[?([^\],]+)\]?")
-
-
-def _config(tmp_path, *, mindwatch=True, callbacks=(), clip=True, **top):
-    monitor = {"type": "MindWatchMonitor", "auto_register": "mindwatch_callback.MindWatchMonitor",
-               "log_dir": str(tmp_path / "mw"), "hardware_interval_s": None}
-    config = {
-        "seed": 0, "output_dir": str(tmp_path / "output"), "load_checkpoint": "",
-        "run_mode": "train", "use_parallel": False,
-        "trainer": {"type": "CausalLanguageModelingTrainer", "model_name": "llama_tiny"},
-        "runner_config": {"epochs": 1, "batch_size": 2, "sink_mode": False, "sink_size": 1,
-                          "gradient_accumulation_steps": 1},
-        "optimizer": {"type": "AdamW", "betas": [0.9, 0.95], "eps": 1e-8,
-                      "learning_rate": 1e-3},
-        "lr_schedule": {"type": "LinearWithWarmUpLR", "learning_rate": 1e-3, "warmup_steps": 5,
-                        "total_steps": -1},
-        "callbacks": [{"type": "MFLossMonitor"}, *callbacks, *([monitor] if mindwatch else []),
-                      {"type": "GlobalStepAtEnd"}],
-        "context": {"mode": 0, "device_target": "CPU", "max_call_depth": 10000},
-        "parallel": {"parallel_mode": 0},
-        "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": 1,
-                            "micro_batch_num": 1, "vocab_emb_dp": True,
-                            "gradient_aggregation_group": 4},
-        "micro_batch_interleave_num": 1,
-        "model": {"model_config": {
-            "type": "LlamaConfig", "batch_size": 2, "seq_length": 32, "hidden_size": 64,
-            "num_layers": 2, "num_heads": 4, "vocab_size": 128, "multiple_of": 16,
-            "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
-            "ignore_token_id": -100, "compute_dtype": "float32",
-            "layernorm_compute_type": "float32", "softmax_compute_type": "float32",
-            "rotary_dtype": "float32", "param_init_type": "float32", "use_past": False,
-            # the CPU: no fused RmsNorm kernel, no flash attention, the sliced rope
-            "use_flash_attention": False, "use_rope_slice": True, "fused_rms_norm": False},
-            "arch": {"type": "LlamaForCausalLM"}},
-        "runner_wrapper": {"type": "CPUTrainOneStepCell", "scale_sense": 1.0,
-                           "use_clip_grad": clip, "max_grad_norm": 1e6},
-        **top}
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def _run(tmp_path, config, **env):
-    result = subprocess.run(
-        [sys.executable, str(HERE / "mf_launcher.py"), str(config)], cwd=tmp_path,
-        env={**os.environ, "REGISTER_PATH": REGISTER_PATH, **env}, capture_output=True,
-        text=True, timeout=280)
-    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    applied = re.search(r"optimizer global_step (\d+)", result.stdout)
-    return int(applied.group(1)) if applied else None
-
-
-def _mf_steps(tmp_path):
-    """MFLossMonitor's records of each step, from MindFormers' own log."""
-    text = (tmp_path / "output" / "log" / "rank_0" / "info.log").read_text()
-    return {int(m[1]): {"loss": float(m[2]), "lr": float(m[3]), "overflow": m[4] == "True",
-                        "grad_norm": float(m[5])} for m in _MF_LINE.finditer(text)}
-
 
 def test_a_healthy_run_matches_mflossmonitor_step_by_step(tmp_path):
-    applied = _run(tmp_path, _config(tmp_path))
+    applied = run_launcher(tmp_path, mf_config(tmp_path))
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
-    ours, theirs = {s["step"]: s for s in log.steps}, _mf_steps(tmp_path)
+    ours, theirs = {s["step"]: s for s in log.steps}, mf_steps(tmp_path)
     assert sorted(ours) == sorted(theirs) == list(range(1, STEPS + 1))
     for step, mf in theirs.items():
         mine = ours[step]
@@ -102,9 +35,9 @@ def test_a_healthy_run_matches_mflossmonitor_step_by_step(tmp_path):
 
 def test_a_step_mindformers_skips_by_global_norm_is_skipped(tmp_path):
     threshold = 1.43         # about half of this model's steps (1.36-1.49) reach it
-    config = _config(tmp_path, use_skip_data_by_global_norm=True,
+    config = mf_config(tmp_path, use_skip_data_by_global_norm=True,
                      monitor_config={"global_norm_spike_threshold": threshold})
-    applied = _run(tmp_path, config)
+    applied = run_launcher(tmp_path, config)
     steps = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")).steps
     expected = [s["step"] for s in steps if np.float32(s["grad_norm"]) >= np.float32(threshold)]
     assert 0 < len(expected) < STEPS
@@ -114,8 +47,8 @@ def test_a_step_mindformers_skips_by_global_norm_is_skipped(tmp_path):
 
 def test_a_nan_step_is_withheld_by_mindformers_and_stops_with_the_last_good_weights(tmp_path):
     import mindspore as ms
-    config = _config(tmp_path, callbacks=[{"type": "NanAtStep", "step": 6}])
-    applied = _run(tmp_path, config)
+    config = mf_config(tmp_path, callbacks=[{"type": "NanAtStep", "step": 6}])
+    applied = run_launcher(tmp_path, config)
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     assert [s["step"] for s in log.steps] == [1, 2, 3, 4, 5, 6]
     assert log.steps[-1]["skipped"] is True                    # the overflow dropped it
@@ -131,18 +64,19 @@ def test_a_nan_step_is_withheld_by_mindformers_and_stops_with_the_last_good_weig
     # ... and it does: every network parameter of a new run loads from that checkpoint
     resumed = tmp_path / "resumed"
     resumed.mkdir()
-    again = yaml.safe_load(_config(resumed, mindwatch=False).read_text())
+    again = yaml.safe_load(mf_config(resumed, mindwatch=False).read_text())
     again["load_checkpoint"] = anomaly["checkpoint"]
     (resumed / "config.yaml").write_text(yaml.safe_dump(again))
-    _run(resumed, resumed / "config.yaml")
+    run_launcher(resumed, resumed / "config.yaml")
     mf_log = (resumed / "output" / "log" / "rank_0" / "info.log").read_text()
     assert "Network parameters are not loaded: ([]," in mf_log
-    first = _mf_steps(resumed)[1]["loss"]
-    assert first != pytest.approx(_mf_steps(tmp_path)[1]["loss"], abs=1e-4)   # trained weights
+    first = mf_steps(resumed)[1]["loss"]
+    assert first != pytest.approx(mf_steps(tmp_path)[1]["loss"], abs=1e-4)   # trained weights
 
 
 def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path):
-    _run(tmp_path, _config(tmp_path, clip=False, callbacks=[{"type": "NanAtStep", "step": 4}]))
+    run_launcher(tmp_path, mf_config(tmp_path, clip=False,
+                                     callbacks=[{"type": "NanAtStep", "step": 4}]))
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     notices = [n["message"] for n in log.of_kind("notice")]
     assert any("runner_wrapper.use_clip_grad: True" in n for n in notices), notices
@@ -151,7 +85,7 @@ def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path):
 
 
 def test_the_trainer_callbacks_argument_works_too(tmp_path):
-    applied = _run(tmp_path, _config(tmp_path, mindwatch=False),
+    applied = run_launcher(tmp_path, mf_config(tmp_path, mindwatch=False),
                    MINDWATCH_TRAINER_LOG_DIR=str(tmp_path / "mw"))
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     assert [s["step"] for s in log.steps] == list(range(1, STEPS + 1))
@@ -159,7 +93,7 @@ def test_the_trainer_callbacks_argument_works_too(tmp_path):
 
 
 def test_local_norms_are_per_layer_norms_beside_mindformers_own_monitors(tmp_path):
-    config = _config(tmp_path, callbacks=[
+    config = mf_config(tmp_path, callbacks=[
         {"type": "TrainingStateMonitor", "config": {"local_norm_format": "log"}},
         {"type": "CheckpointMonitor", "prefix": "llama_tiny", "save_checkpoint_steps": 10,
          "directory": str(tmp_path / "output" / "checkpoint")}])
@@ -167,7 +101,7 @@ def test_local_norms_are_per_layer_norms_beside_mindformers_own_monitors(tmp_pat
     yaml_config["runner_wrapper"]["local_norm"] = True
     yaml_config["callbacks"][-2]["layer_norms_interval"] = 5
     config.write_text(yaml.safe_dump(yaml_config))
-    assert _run(tmp_path, config) == STEPS
+    assert run_launcher(tmp_path, config) == STEPS
     steps = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")).steps
     with_layers = [s for s in steps if "layer_grad_norms" in s]
     assert [s["step"] for s in with_layers] == [5, 10, 15, 20]
@@ -182,26 +116,31 @@ def test_local_norms_are_per_layer_norms_beside_mindformers_own_monitors(tmp_pat
 def test_the_run_length_is_right_when_the_cpu_drops_mindformers_sink_mode(tmp_path):
     # MindFormers multiplies the epochs by data size / sink size for its sinks; the CPU then
     # trains every one of those epochs over the whole dataset
-    config = _config(tmp_path)
+    config = mf_config(tmp_path)
     yaml_config = yaml.safe_load(config.read_text())
     yaml_config["runner_config"].update(sink_mode=True, sink_size=5)
     config.write_text(yaml.safe_dump(yaml_config))
-    applied = _run(tmp_path, config)
+    applied = run_launcher(tmp_path, config)
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     trained = len(log.steps)
     assert trained == applied > STEPS
     assert log.records[0]["total_steps"] == trained
+    # ... in epochs of one whole pass each, numbered as MindSpore ran them
+    epochs = log.of_kind("epoch")
+    assert [(e["epoch"], e["steps"]) for e in epochs] == \
+        [(n, STEPS) for n in range(1, trained // STEPS + 1)]
+    assert [s["epoch"] for s in log.steps] == [1 + i // STEPS for i in range(trained)]
     notices = [n["message"] for n in log.of_kind("notice")]
     assert any("dataset_sink_mode=True was asked for" in n for n in notices)
 
 
 def test_tensorboard_scalars_go_beside_mindformers_own(tmp_path):
     from tensorboard.backend.event_processing import event_accumulator
-    config = _config(tmp_path, tensorboard={"tensorboard_dir": str(tmp_path / "tb")})
+    config = mf_config(tmp_path, tensorboard={"tensorboard_dir": str(tmp_path / "tb")})
     yaml_config = yaml.safe_load(config.read_text())
     yaml_config["callbacks"][-2]["tensorboard"] = True
     config.write_text(yaml.safe_dump(yaml_config))
-    _run(tmp_path, config)
+    run_launcher(tmp_path, config)
     runs = sorted(p.name for p in (tmp_path / "tb").iterdir())
     assert runs == ["mindwatch_rank_0", "rank_0"]             # one TensorBoard, two runs
     assert not (tmp_path / "mw" / "tensorboard").exists()

@@ -1,0 +1,115 @@
+"""The YAML config and the launcher run that the MindFormers tests share: a 2-layer legacy
+Llama on the CPU (see mf_launcher.py for what the CPU needs), mindwatch in its `callbacks:`."""
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).parent
+REGISTER_PATH = str(Path(__file__).parents[2] / "src" / "mindwatch" / "mindformers" / "register")
+STEPS = 20
+# MFLossMonitor's line: "step:[    6/   20], loss:[4.861962/4.856197], ..., lr: 0.001, ...
+# global_norm: [1.5296158]"
+MF_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([^/]+)/[^\]]+\].*?lr: ([^,]+), "
+                      r"overflow cond: (\w+).*?global_norm: \[?([^\],]+)\]?")
+
+
+def mf_config(tmp_path, *, mindwatch=True, callbacks=(), clip=True, **top):
+    monitor = {"type": "MindWatchMonitor", "auto_register": "mindwatch_callback.MindWatchMonitor",
+               "log_dir": str(tmp_path / "mw"), "hardware_interval_s": None}
+    config = {
+        "seed": 0, "output_dir": str(tmp_path / "output"), "load_checkpoint": "",
+        "run_mode": "train", "use_parallel": False,
+        "trainer": {"type": "CausalLanguageModelingTrainer", "model_name": "llama_tiny"},
+        "runner_config": {"epochs": 1, "batch_size": 2, "sink_mode": False, "sink_size": 1,
+                          "gradient_accumulation_steps": 1},
+        "optimizer": {"type": "AdamW", "betas": [0.9, 0.95], "eps": 1e-8,
+                      "learning_rate": 1e-3},
+        "lr_schedule": {"type": "LinearWithWarmUpLR", "learning_rate": 1e-3, "warmup_steps": 5,
+                        "total_steps": -1},
+        "callbacks": [{"type": "MFLossMonitor"}, *callbacks, *([monitor] if mindwatch else []),
+                      {"type": "GlobalStepAtEnd"}],
+        "context": {"mode": 0, "device_target": "CPU", "max_call_depth": 10000},
+        "parallel": {"parallel_mode": 0},
+        "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": 1,
+                            "micro_batch_num": 1, "vocab_emb_dp": True,
+                            "gradient_aggregation_group": 4},
+        "micro_batch_interleave_num": 1,
+        "model": {"model_config": {
+            "type": "LlamaConfig", "batch_size": 2, "seq_length": 32, "hidden_size": 64,
+            "num_layers": 2, "num_heads": 4, "vocab_size": 128, "multiple_of": 16,
+            "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+            "ignore_token_id": -100, "compute_dtype": "float32",
+            "layernorm_compute_type": "float32", "softmax_compute_type": "float32",
+            "rotary_dtype": "float32", "param_init_type": "float32", "use_past": False,
+            # the CPU: no fused RmsNorm kernel, no flash attention, the sliced rope
+            "use_flash_attention": False, "use_rope_slice": True, "fused_rms_norm": False},
+            "arch": {"type": "LlamaForCausalLM"}},
+        "runner_wrapper": {"type": "CPUTrainOneStepCell", "scale_sense": 1.0,
+                           "use_clip_grad": clip, "max_grad_norm": 1e6},
+        **top}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_launcher(tmp_path, config, **env):
+    result = subprocess.run(
+        [sys.executable, str(HERE / "mf_launcher.py"), str(config)], cwd=tmp_path,
+        env={**os.environ, "REGISTER_PATH": REGISTER_PATH, **env}, capture_output=True,
+        text=True, timeout=280)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    applied = re.search(r"optimizer global_step (\d+)", result.stdout)
+    return int(applied.group(1)) if applied else None
+
+
+def mf_steps(tmp_path, rank=0):
+    """MFLossMonitor's records of each step, from MindFormers' own log."""
+    text = (tmp_path / "output" / "log" / f"rank_{rank}" / "info.log").read_text()
+    return {int(m[1]): {"loss": float(m[2]), "lr": float(m[3]), "overflow": m[4] == "True",
+                        "grad_norm": float(m[5])} for m in MF_LINE.finditer(text)}
+
+
+def data_parallel(config, ranks=2):
+    """The same config for ``ranks`` data-parallel ranks (MindFormers' `use_parallel`)."""
+    settings = yaml.safe_load(config.read_text())
+    settings["use_parallel"] = True
+    # MindFormers seeds only a true seed (`if config.seed:`): with 0 each rank would start from
+    # its own random weights
+    settings["seed"] = 1
+    settings["parallel"] = {"parallel_mode": 0, "gradients_mean": True, "full_batch": False,
+                            "enable_parallel_optimizer": False}
+    settings["parallel_config"]["data_parallel"] = ranks
+    config.write_text(yaml.safe_dump(settings))
+    return config
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_msrun(tmp_path, config, ranks=2):
+    """``msrun`` over mf_launcher.py, as `msrun ... run_mindformer.py --config` starts a job;
+    the updates each rank's optimizer applied, by rank."""
+    env = {**os.environ, "REGISTER_PATH": REGISTER_PATH}
+    # msrun starts workers with the `python` on PATH: make it this interpreter.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    for name in ("RANK_ID", "RANK_SIZE", "DEVICE_ID", "MS_WORKER_NUM", "MS_NODE_ID"):
+        env.pop(name, None)
+    logs = tmp_path / "msrun_logs"
+    result = subprocess.run(
+        [sys.executable, "-m", "mindspore.parallel.cluster.run", f"--worker_num={ranks}",
+         f"--local_worker_num={ranks}", f"--master_port={_free_port()}", f"--log_dir={logs}",
+         "--join=True", str(HERE / "mf_launcher.py"), str(config)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
+    workers = [(logs / f"worker_{rank}.log").read_text(errors="replace")
+               for rank in range(ranks)]
+    assert result.returncode == 0, "\n".join(w[-3000:] for w in workers) + result.stderr[-2000:]
+    applied = [re.search(r"optimizer global_step (\d+)", w) for w in workers]
+    return [int(a.group(1)) if a else None for a in applied]

@@ -1,0 +1,60 @@
+"""Two data-parallel ranks under MindFormers' Trainer, started by msrun the way a user starts
+`run_mindformer.py`: one mindwatch log per rank, and one stop for all of them."""
+import importlib.util
+
+import numpy as np
+import pytest
+from mf_config import data_parallel, mf_config, mf_steps, run_msrun
+
+from mindwatch.runlog import read_run
+
+pytestmark = [
+    pytest.mark.mindformers, pytest.mark.msrun, pytest.mark.timeout(300),
+    pytest.mark.skipif(importlib.util.find_spec("mindformers") is None,
+                       reason="MindFormers is not installed (make venv installs it)")]
+STEPS = 10           # each rank's shard: 20 samples in batches of 2
+
+
+def test_a_stop_asked_on_one_rank_ends_both_after_that_step(tmp_path):
+    config = data_parallel(mf_config(tmp_path, callbacks=[
+        {"type": "StopAtStep", "step": 4, "rank": 1}]))
+    applied = run_msrun(tmp_path, config)
+    run = read_run(str(tmp_path / "mw"))
+    assert [log.rank for log in run.ranks] == [0, 1]
+    for log in run.ranks:
+        assert log.run["world_size"] == 2 and log.records[0]["total_steps"] == STEPS
+        assert [s["step"] for s in log.steps] == [1, 2, 3, 4]
+        theirs = mf_steps(tmp_path, log.rank)          # each rank's own loss, as MF logs it
+        for step in log.steps:
+            assert step["loss"] == pytest.approx(theirs[step["step"]]["loss"], abs=1e-6)
+        assert log.end["reason"] == "stopped"
+        assert log.end["stopped_by"] == {"anomaly": "user_request", "step": 4, "rank": 1}
+    assert run.ranks[0].steps[0]["loss"] != run.ranks[1].steps[0]["loss"]   # two shards
+    [peer] = run.ranks[0].anomalies
+    assert peer["anomaly"] == "peer_stop" and peer["step"] == 4 and "rank 1" in peer["message"]
+    assert applied == [4, 4]
+
+
+def test_nan_on_one_rank_stops_both_at_that_step_with_the_last_good_weights(tmp_path):
+    import mindspore as ms
+    config = data_parallel(mf_config(tmp_path, callbacks=[
+        {"type": "NanAtStep", "step": 6, "rank": 1}]))
+    applied = run_msrun(tmp_path, config)
+    first, second = read_run(str(tmp_path / "mw")).ranks
+    for log in (first, second):
+        assert [s["step"] for s in log.steps] == [1, 2, 3, 4, 5, 6]
+        assert log.steps[-1]["skipped"] is True      # MindFormers dropped the update
+        assert log.end["reason"] == "stopped"
+    # Rank 0's batch was fine: its loss is finite, but the reduced gradients are NaN.
+    assert np.isfinite(first.steps[-1]["loss"]) and np.isnan(second.steps[-1]["loss"])
+    assert {a["anomaly"] for a in second.anomalies} >= {"loss_nonfinite"}
+    assert "gradient_nonfinite" in {a["anomaly"] for a in first.anomalies}
+    assert applied == [5, 5]
+    saved = [ms.load_checkpoint(next(a["checkpoint"] for a in log.anomalies if a["checkpoint"]))
+             for log in (first, second)]
+    assert sorted(saved[0]) == sorted(saved[1])
+    for name, value in saved[0].items():
+        if "adam" in name or "global_step" in name or name.startswith("mindwatch"):
+            continue
+        weights = value.asnumpy()
+        assert np.isfinite(weights).all() and np.array_equal(weights, saved[1][name].asnumpy())
