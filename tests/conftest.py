@@ -131,3 +131,13 @@ def pytest_pyfunc_call(pyfuncitem):
         pytest.fail(f"failed in a fresh process:\n{result.stdout[-4000:]}\n"
                     f"{result.stderr[-2000:]}", pytrace=False)
     return True
+
+
+# Under pytest-xdist (make test runs two workers): the tests that start several processes
+# of their own (msrun's ranks) run one after another on one worker, so two jobs of ranks
+# never share this machine's cores and their timing stays what the tests expect; every
+# other test goes to whichever worker is free.
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("msrun") is not None:
+            item.add_marker(pytest.mark.xdist_group("ranks"))

@@ -3,9 +3,10 @@
 The top-level package is the framework-free core; ``mindwatch.mindspore`` is the adapter.
 """
 from .anomaly import ANOMALY_KINDS, Anomaly
-from .framework import FrameworkHooks, SinkContext
+from .framework import FrameworkHooks
 from .monitor import Monitor
 from .settings import MonitorSettings
+from .sinks.base import SinkContext
 from .sinks.sink_set import SinkError
 from .version import __version__
 

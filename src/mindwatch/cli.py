@@ -204,7 +204,7 @@ def _report(args: argparse.Namespace) -> int:
         except ImportError as exc:
             raise CliError(f"--png needs Pillow ({exc}); pip install 'mindwatch[report]' "
                            "(or: pip install pillow)") from exc
-    from .run_dir import rank_logs
+    from .basics.run_dir import rank_logs
     # Before any run is read (seconds for a long one): a later RUN_DIR without logs fails now.
     for path in dirs:
         if not rank_logs(path):

@@ -11,22 +11,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .sinks.base import Sink
+from .sinks.base import SinkFactory
 
 if TYPE_CHECKING:
-    from .rewinding import SnapshotStore
-
-
-@dataclass(frozen=True, kw_only=True)
-class SinkContext:
-    """Where a framework-provided sink writes: the run directory and this process's rank."""
-
-    log_dir: str
-    rank: int
-    local_rank: int
-
-
-SinkFactory = Callable[[SinkContext], Sink]
+    from .recovery.rewinding import SnapshotStore
 
 
 @dataclass(frozen=True, kw_only=True)

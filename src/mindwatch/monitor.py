@@ -1,14 +1,20 @@
 """The framework-free monitor: observation -> detectors -> policy -> actions, and every record
 to the sinks. Adapters (``mindwatch.mindspore``) feed it plain numbers and hand it, at
 construction, the ``FrameworkHooks`` through which it carries out what needs the framework
-(checkpoints, resume hints, device memory, framework-only views)."""
+(checkpoints, resume hints, device memory, framework-only views).
+
+``Monitor`` runs one step through the pipeline and composes the parts that own the rest,
+each handed its collaborators here: ``Actions`` (what a finding does), ``StopRequests``
+(signals, sink failures, a user's stop), ``RankDecisions`` (stops and rewinds shared with
+the other ranks), ``HardwareInput`` (the sampler thread) and ``HangGuard`` (the watchdog
+thread). docs/design.md draws the map."""
 from __future__ import annotations
 
 import os
 import platform
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from . import records
@@ -17,35 +23,35 @@ from .anomaly import (
     LOSS_SPIKE,
     Anomaly,
 )
-from .clock import Clock, SystemClock
+from .background.hangs import HangGuard
+from .background.hardware_input import HardwareInput
+from .basics.clock import Clock, SystemClock
+from .basics.rank import rank_from_env
+from .basics.run_dir import prepare
+from .decisions.actions import Actions
+from .decisions.responder import Responder
+from .decisions.stops import StopRequests
 from .detectors import Detector, LrAnomalyDetector, SpikeDetector, build_detectors
 from .framework import FrameworkHooks
-from .loss_stats import LossStats
-from .monitor_background import BackgroundInputs
-from .monitor_ranks import RankDecisions
-from .observation import StepObservation
-from .peers import Peers
+from .observation import HardwareSample, StepObservation
+from .pipeline.loss_stats import LossStats
+from .pipeline.segment import CurrentSegment
+from .pipeline.throughput import Throughput
+from .pipeline.writer import RecordWriter
 from .policy import Policy
-from .rank import rank_from_env
-from .records import Anomaly as AnomalyRecord
+from .ranks.decisions import RankDecisions
+from .ranks.peers import Peers
 from .records import End, Epoch, Notice, Run, Versions
-from .responder import Responder
-from .rewinding import RewindGuard, require_snapshots
-from .run_dir import prepare
-from .segment import RunSegment
+from .recovery.rewinding import RewindEvent, RewindGuard, RewindWish, require_snapshots
+from .recovery.skipping import SkipGuard
 from .settings import MonitorSettings
-from .signals import SignalStop
 from .sinks.base import Sink
 from .sinks.console import ConsoleSink
 from .sinks.factory import check_framework_views, open_sinks
-from .skipping import SkipGuard
-from .throughput import Throughput
 from .version import __version__
-from .watchdog import HangWatchdog
-from .writer import RecordWriter
 
 
-class Monitor(BackgroundInputs, RankDecisions):
+class Monitor:
     """Records one training run of one rank: ``observe`` each step, ``close`` at the end.
 
     Args:
@@ -129,11 +135,20 @@ class Monitor(BackgroundInputs, RankDecisions):
                                      self.settings.flops_per_token, self.settings.peak_tflops)
         # Timing starts at construction, so a custom loop's first step has a duration; an
         # explicit start() (the MindSpore adapter's, at train begin) restarts it.
-        self._segment = RunSegment.begin(self.clock.perf_counter())
-        self._sampler: Any = None
-        self._signals = SignalStop()
-        self._watchdog = HangWatchdog(timeout_s=self.settings.hang_timeout_s, clock=self.clock,
-                                      on_hang=self._on_hang)
+        self._current = CurrentSegment(self.clock.perf_counter())
+        current, responder, writer = self._current, self.responder, self._writer
+        self._actions = actions = Actions(current=current, responder=responder, writer=writer)
+        self._stops = StopRequests(policy=self.policy, current=current, responder=responder,
+                                   writer=writer, actions=actions)
+        self._ranks = RankDecisions(peers=self.peers, rewinds=self.rewinds, skips=self.skips,
+                                    current=current, actions=actions, writer=writer)
+        self._hardware = HardwareInput(
+            interval_s=self.settings.hardware_interval_s, all_devices=self.settings.all_devices,
+            memory_reader=self.framework.memory_reader, detectors=self.detectors,
+            current=current, responder=responder, writer=writer, actions=actions)
+        self._hangs = HangGuard(timeout_s=self.settings.hang_timeout_s, clock=self.clock,
+                                rank=self.rank, policy=self.policy, current=current,
+                                responder=responder, writer=writer, actions=actions)
 
     # -- life cycle -----------------------------------------------------------------------
     def _open_sinks(self) -> list[Sink]:
@@ -154,32 +169,31 @@ class Monitor(BackgroundInputs, RankDecisions):
         detector history and the loss average carry over. ``run_info`` goes into the ``run``
         record. Idempotent while a segment is running.
         """
-        segment = self._segment
+        segment = self._current.segment
         if segment.closed:
             self._writer.reopen()
         if segment.closed or not segment.started:
-            self._segment = RunSegment.begin(self.clock.perf_counter())
+            self._current.begin(self.clock.perf_counter())
         self._ensure_started(total_steps=total_steps, **run_info)
 
     def _ensure_started(self, *, total_steps: int | None = None, **run_info: Any) -> None:
-        if self._segment.closed:
+        if self._current.segment.closed:
             raise RuntimeError("this monitor is closed; call start() to append a new run "
                                "segment to its log")
-        if self._segment.started:
+        if self._current.segment.started:
             return
-        self._segment.started = True
+        self._current.segment.started = True
         self.console.total_steps = total_steps
-        self._start_hardware()
+        self._hardware.start()
         self._emit(records.RUN, {
             Run.SCHEMA: records.SCHEMA_VERSION, Run.WORLD_SIZE: self.world_size,
             Run.HOST: socket.gethostname(), Run.PID: os.getpid(),
             Run.CONFIG: self.settings.as_record(), Run.VERSIONS: self.versions,
             Run.LOG_PATH: self.log_path, Run.TOTAL_STEPS: total_steps, Run.ARGV: list(sys.argv),
             **run_info})
-        if self._sampler is not None:
-            self._sampler.start()
-        self._watchdog.start(self._segment.last_step)
-        if self.settings.on_signal is not None and not self._signals.install():
+        self._hardware.run()
+        self._hangs.start(self._current.segment.last_step)
+        if self.settings.on_signal is not None and not self._stops.install_signals():
             self.notice("SIGTERM and SIGINT are left alone: signal handlers can only be "
                         "installed from the main thread (on_signal)")
 
@@ -194,17 +208,17 @@ class Monitor(BackgroundInputs, RankDecisions):
 
         Raises ValueError for an unknown ``reason``. Idempotent: a second call does nothing.
         """
-        segment = self._segment
+        segment = self._current.segment
         if segment.closed:
             return
         if reason is not None and reason not in records.END_REASONS:
             raise ValueError(f"reason must be one of {records.END_REASONS}; got {reason!r}")
         self._ensure_started()
-        self._watchdog.stop()                # training ended: no hang can be reported now
-        self._stop_hardware()
-        self._act_on_pending()
-        self._act(self.rewinds.settle(segment.last_step, [], False, stopping=True)[1])
-        self._check_signal()                 # one that came after the last step
+        self._hangs.stop()                   # training ended: no hang can be reported now
+        self._hardware.stop()
+        self._actions.act_on_pending()
+        self._actions.act(self.rewinds.settle(segment.last_step, [], False, stopping=True)[1])
+        self._stops.check_signal()           # one that came after the last step
         self.end_epoch()
         error = error or segment.sink_error
         self._emit(records.END, {
@@ -213,25 +227,25 @@ class Monitor(BackgroundInputs, RankDecisions):
             End.STOPPED_BY: segment.stopped_by(self.rank)})
         segment.closed = True
         self._writer.close()
-        self._signals.finish()               # a received signal takes its usual course now
+        self._stops.finish()                 # a received signal takes its usual course now
 
     @property
     def closed(self) -> bool:
-        return self._segment.closed
+        return self._current.segment.closed
 
     @property
     def stop_requested(self) -> Anomaly | None:
         """The anomaly (or request) that stops the current segment, if any."""
-        return self._segment.stop_requested
+        return self._current.segment.stop_requested
 
     @property
     def anomalies(self) -> list[Anomaly]:
         """The current segment's anomalies, in the order they were found."""
-        return self._segment.anomalies
+        return self._current.segment.anomalies
 
     @property
     def last_step(self) -> int:
-        return self._segment.last_step
+        return self._current.segment.last_step
 
     # -- inputs -----------------------------------------------------------------------------
     def observe(self, *, step: int, loss: Any = None, lr: Any = None, grad_norm: Any = None,
@@ -271,12 +285,12 @@ class Monitor(BackgroundInputs, RankDecisions):
             grads_finite=grads_finite, lr_groups=lr_groups, skipped=skipped, steps=steps,
             layer_grad_norms=layer_grad_norms, extra=extra)
         self._ensure_started()
-        segment = self._segment
+        segment = self._current.segment
         now = self.clock.perf_counter()
         if step_time_s is None:
             step_time_s = (now - segment.last_perf) / steps
         segment.last_perf = now
-        self._watchdog.beat(now, step)
+        self._hangs.beat(now, step)
         batch_size = batch_size or self.settings.batch_size
         observation.step_time_s, observation.time = step_time_s, self.clock.time()
         if batch_size and step_time_s:
@@ -284,8 +298,8 @@ class Monitor(BackgroundInputs, RankDecisions):
         observation.tokens_per_s, observation.mfu = self.throughput.rates(
             observation.samples_per_s)
         found = self._process(observation)
-        self._check_signal()
-        self._check_sink_error()
+        self._stops.check_signal()
+        self._stops.check_sink_error()
         return found
 
     def notice(self, message: str, **fields: Any) -> None:
@@ -305,7 +319,48 @@ class Monitor(BackgroundInputs, RankDecisions):
     def evaluating(self) -> None:
         """Work that is no training step made progress (an evaluation batch between epochs):
         the hang watchdog counts it as life, without taking it for a step's pace."""
-        self._watchdog.progress(self.clock.perf_counter())
+        self._hangs.progress(self.clock.perf_counter())
+
+    def request_stop(self) -> None:
+        """Stop after this step, on every rank (reason ``user_request``)."""
+        self._stops.request_stop()
+
+    # -- the other ranks (the adapter exchanges the numbers) ---------------------------------
+    def stop_code(self) -> int:
+        """This rank's own wish to stop, as a number to share with the other ranks."""
+        return self._ranks.stop_code()
+
+    def observe_peers(self, *, step: int, stop_codes: list[int], data_times: list[float],
+                      step_time_s: float | None = None) -> list[Anomaly]:
+        """What every rank said after ``step``: stops to follow, stragglers."""
+        return self._ranks.observe_peers(step=step, stop_codes=stop_codes,
+                                         data_times=data_times, step_time_s=step_time_s)
+
+    def settle_rewind(self, *, step: int, wishes: Sequence[RewindWish] | None = None,
+                      touched: bool | None = None) -> RewindEvent | None:
+        """After ``observe`` (and, on several ranks, after the exchange): carry out this
+        step's rewind or take a snapshot that is due (on_anomaly "rewind"; otherwise a no-op).
+
+        Args:
+            step: the step just observed.
+            wishes: every rank's ``rewinds.wish`` of this step (None: this rank's alone).
+            touched: whether an anomaly of the training state touched this step on any
+                rank (None: this rank's ``rewinds.touched``); no snapshot is taken of it.
+
+        Returns the rewind carried out, after its ``rewind`` record is written, or None.
+        """
+        return self._ranks.settle_rewind(step=step, wishes=wishes, touched=touched)
+
+    # -- hardware ---------------------------------------------------------------------------
+    def submit_hardware(self, sample: HardwareSample) -> None:
+        """A hardware sample from any thread: its record now, its findings at the next step
+        end (on the training thread)."""
+        self._hardware.submit(sample)
+
+    def observe_hardware(self, sample: HardwareSample) -> list[Anomaly]:
+        """A hardware sample taken on the training thread (custom loops, tests)."""
+        self._ensure_started()
+        return self._hardware.observe(sample)
 
     # -- the pipeline -------------------------------------------------------------------------
     def _process(self, obs: StepObservation) -> list[Anomaly]:
@@ -313,7 +368,7 @@ class Monitor(BackgroundInputs, RankDecisions):
             self.end_epoch()
             self.loss_stats.epoch = obs.epoch
         self.loss_stats.add(obs.loss, obs.steps)
-        self._segment.last_step = obs.step
+        self._current.segment.last_step = obs.step
         interval = self.settings.layer_norms_interval
         layers_due = obs.step // interval > (obs.step - obs.steps) // interval
         record = obs.to_record(loss_smooth=self.loss_stats.smooth, with_layers=layers_due)
@@ -325,29 +380,11 @@ class Monitor(BackgroundInputs, RankDecisions):
         found, skip_notice = self.skips.review(obs, found)
         if skip_notice is not None:
             self.notice(skip_notice)
-        self._act(self.rewinds.review(obs.step, found))      # "rewind" ones wait for settle
-        if self._segment.pending:
-            found.extend(self._act_on_pending())
-        self._drain_sampler_messages()
+        self._actions.act(self.rewinds.review(obs.step, found))  # "rewind" ones: settle
+        if self._current.segment.pending:
+            found.extend(self._actions.act_on_pending())
+        self._hardware.drain_messages()
         return found
-
-    def _act(self, found: list[Anomaly]) -> None:
-        segment = self._segment
-        self.responder.respond(found, segment.last_step)
-        self._say_responder_problems()
-        for anomaly in found:
-            if anomaly.stops and segment.stop_requested is None:
-                segment.stop_requested = anomaly
-            segment.anomalies.append(anomaly)
-            self._emit_anomaly(anomaly)
-
-    def _emit_anomaly(self, anomaly: Anomaly, **fields: Any) -> None:
-        self._emit(records.ANOMALY, {
-            AnomalyRecord.ANOMALY: anomaly.kind, AnomalyRecord.STEP: anomaly.step,
-            AnomalyRecord.VALUE: anomaly.value, AnomalyRecord.THRESHOLD: anomaly.threshold,
-            AnomalyRecord.MESSAGE: anomaly.message, AnomalyRecord.ACTIONS: anomaly.actions,
-            AnomalyRecord.CHECKPOINT: anomaly.checkpoint, AnomalyRecord.REPORT: anomaly.report,
-            **fields})
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to keep its history: detector windows, loss average,
@@ -368,11 +405,7 @@ class Monitor(BackgroundInputs, RankDecisions):
         self.loss_stats.load_state_dict(state)
         self.skips.load_state_dict(state)
         self.rewinds.rewinds = int(state.get("rewinds", 0))
-        self._segment.last_step = state.get("last_step", self._segment.last_step)
-
-    def _say_responder_problems(self) -> None:
-        for problem in self.responder.pop_problems():
-            self.notice(problem)
+        self._current.segment.last_step = state.get("last_step", self._current.segment.last_step)
 
     def _emit(self, kind: str, fields: Mapping[str, Any], time: float | None = None) -> None:
         self._writer.emit(kind, fields, time)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .numbers import to_number
+from .basics.numbers import to_number
 from .records import Common, Device, Hardware, Step
 
 # Fields a step record computes itself; ``extra`` may add others (loss_scale, data_time_s).

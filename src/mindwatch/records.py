@@ -19,6 +19,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .basics.numbers import NONFINITE_TEXT
+
 SCHEMA_VERSION = 1
 
 RUN = "run"
@@ -34,8 +36,6 @@ KINDS = (RUN, STEP, EPOCH, HARDWARE, ANOMALY, NOTICE, END, REWIND)
 
 END_REASONS = ("completed", "stopped", "error", "signal", "aborted")     # End.REASON
 COMPLETED, STOPPED, ERROR, SIGNAL, ABORTED = END_REASONS
-
-NONFINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 # (name, required, nonfinite) of the class body being declared; collected by Fields.
 _declared: list[tuple[str, bool, bool]] = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The checks live in .checks; they are re-exported here, where other modules import them.
-from .checks import check_bool, check_choice, check_int, check_number, check_token
+from .basics.checks import check_bool, check_choice, check_int, check_number, check_token
 from .policy import did_you_mean, resolve_policies
 from .sinks.alert_body import ALERT_FORMATS
 from .sinks.webhook import check_webhook, redacted_url

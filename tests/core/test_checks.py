@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from mindwatch.checks import check_bool, check_choice, check_int, check_number
+from mindwatch.basics.checks import check_bool, check_choice, check_int, check_number
 from mindwatch.settings import check_bool as settings_check_bool
 
 

@@ -12,12 +12,12 @@ import time
 import pytest
 
 from mindwatch import Monitor
+from mindwatch.background.watchdog import HangWatchdog, auto_timeout, timeout_in_force
 from mindwatch.policy import ABORT_EXIT_STATUS
 from mindwatch.report.compare import render_compare
 from mindwatch.report.html import render_html
 from mindwatch.report.summary import render_text, summarize
 from mindwatch.runlog import read_rank_log, read_run
-from mindwatch.watchdog import HangWatchdog, auto_timeout, timeout_in_force
 
 pytestmark = pytest.mark.timeout(60)
 

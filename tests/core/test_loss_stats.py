@@ -2,7 +2,7 @@
 import math
 import random
 
-from mindwatch.loss_stats import LossStats
+from mindwatch.pipeline.loss_stats import LossStats
 
 
 def test_epoch_mean_is_the_exact_mean_of_finite_losses():

@@ -1,12 +1,12 @@
-"""mindwatch.numbers.to_number: one conversion for inputs, probes and records read back."""
+"""mindwatch.basics.numbers.to_number: one conversion for inputs, probes and records read back."""
 import math
 from decimal import Decimal
 
 import numpy as np
 import pytest
 
-from mindwatch import format as fmt
-from mindwatch.numbers import to_number
+from mindwatch.basics import format as fmt
+from mindwatch.basics.numbers import to_number
 
 
 class ZeroDimTensor:

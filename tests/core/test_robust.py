@@ -4,10 +4,10 @@ import statistics
 
 import pytest
 
+from mindwatch.basics.rank import env_int, rank_from_env
 from mindwatch.detectors.base import Episode
 from mindwatch.detectors.robust import MAD_TO_SIGMA, robust_sigma, robust_z
 from mindwatch.detectors.straggler import StragglerDetector
-from mindwatch.rank import env_int, rank_from_env
 
 
 def test_robust_sigma_and_z():

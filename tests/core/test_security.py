@@ -12,8 +12,8 @@ import pytest
 
 import mindwatch
 from mindwatch import Monitor, records
+from mindwatch.basics.run_dir import anomaly_report_stem, checkpoint_path, rank_log_path
 from mindwatch.report.html import write_html
-from mindwatch.run_dir import anomaly_report_stem, checkpoint_path, rank_log_path
 from mindwatch.runlog import read_run
 
 PAYLOAD = '"><script>alert("x&y")</script><img src=x onerror=alert(1)>&amp;'

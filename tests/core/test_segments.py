@@ -5,7 +5,7 @@ import json
 import math
 
 from mindwatch import FrameworkHooks, Monitor
-from mindwatch.peers import stop_code
+from mindwatch.ranks.peers import stop_code
 from mindwatch.runlog import read_rank_log
 
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from mindwatch import Monitor, MonitorSettings, records
 from mindwatch.detectors import build_detectors
-from mindwatch.peers import Peers
 from mindwatch.policy import Policy
+from mindwatch.ranks.peers import Peers
 
 FIELDS = [f for f in dataclasses.fields(MonitorSettings) if f.init]
 HINTS = typing.get_type_hints(MonitorSettings)

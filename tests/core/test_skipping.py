@@ -3,9 +3,9 @@ import json
 import math
 
 from mindwatch import Monitor
-from mindwatch.peers import Peers, stop_code
 from mindwatch.policy import Policy, resolve_policies
-from mindwatch.skipping import not_withheld_reason
+from mindwatch.ranks.peers import Peers, stop_code
+from mindwatch.recovery.skipping import not_withheld_reason
 
 SPIKES = dict(spike_window=8, spike_warmup=4, hardware_interval_s=None)
 

@@ -17,9 +17,32 @@ pytestmark = [
                        reason="MindFormers is not installed (make venv installs it)")]
 
 
-def test_a_healthy_run_matches_mflossmonitor_step_by_step(tmp_path):
-    applied = run_launcher(tmp_path, mf_config(tmp_path))
-    log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
+# The tests that read full_run's outputs share one worker under xdist: one run, not three.
+_ONE_RUN = pytest.mark.xdist_group("mindformers_full_run")
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """One healthy run with what a user turns on beside mindwatch: MindFormers' own
+    TrainingStateMonitor (local norms), CheckpointMonitor and TensorBoard, and mindwatch's
+    per-layer norms and TensorBoard. The tests below read its outputs."""
+    tmp_path = tmp_path_factory.mktemp("full_run")
+    config = mf_config(tmp_path, callbacks=[
+        {"type": "TrainingStateMonitor", "config": {"local_norm_format": "log"}},
+        {"type": "CheckpointMonitor", "prefix": "llama_tiny", "save_checkpoint_steps": 10,
+         "directory": str(tmp_path / "output" / "checkpoint")}],
+        tensorboard={"tensorboard_dir": str(tmp_path / "tb")})
+    yaml_config = yaml.safe_load(config.read_text())
+    yaml_config["runner_wrapper"]["local_norm"] = True
+    yaml_config["callbacks"][-2].update(layer_norms_interval=5, tensorboard=True)
+    config.write_text(yaml.safe_dump(yaml_config))
+    applied = run_launcher(tmp_path, config)
+    return tmp_path, applied, read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
+
+
+@_ONE_RUN
+def test_a_healthy_run_matches_mflossmonitor_step_by_step(full_run):
+    tmp_path, applied, log = full_run
     ours, theirs = {s["step"]: s for s in log.steps}, mf_steps(tmp_path)
     assert sorted(ours) == sorted(theirs) == list(range(1, STEPS + 1))
     for step, mf in theirs.items():
@@ -31,6 +54,33 @@ def test_a_healthy_run_matches_mflossmonitor_step_by_step(tmp_path):
     assert len({s["lr"] for s in log.steps}) > 5                  # the warm-up moved it
     assert log.end["reason"] == "completed" and log.records[0]["total_steps"] == STEPS
     assert applied == STEPS
+
+
+@_ONE_RUN
+def test_local_norms_are_per_layer_norms_beside_mindformers_own_monitors(full_run):
+    tmp_path, _, log = full_run
+    with_layers = [s for s in log.steps if "layer_grad_norms" in s]
+    assert [s["step"] for s in with_layers] == [5, 10, 15, 20]
+    for step in with_layers:
+        layers = step["layer_grad_norms"]
+        assert "model.layers.0.attention.wq" in layers and len(layers) > 10
+        total = np.sqrt(sum(v ** 2 for v in layers.values()))
+        assert total == pytest.approx(step["grad_norm"], rel=1e-4)   # they compose
+    assert list((tmp_path / "output" / "checkpoint").rglob("*.ckpt"))
+
+
+@_ONE_RUN
+def test_tensorboard_scalars_go_beside_mindformers_own(full_run):
+    from tensorboard.backend.event_processing import event_accumulator
+    tmp_path, _, log = full_run
+    runs = sorted(p.name for p in (tmp_path / "tb").iterdir())
+    assert runs == ["mindwatch_rank_0", "rank_0"]             # one TensorBoard, two runs
+    assert not (tmp_path / "mw" / "tensorboard").exists()
+    acc = event_accumulator.EventAccumulator(str(tmp_path / "tb" / "mindwatch_rank_0"),
+                                             size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    losses = {event.step: event.value for event in acc.Scalars("train/loss")}
+    assert losses == {s["step"]: pytest.approx(s["loss"], rel=1e-6) for s in log.steps}
 
 
 def test_a_step_mindformers_skips_by_global_norm_is_skipped(tmp_path):
@@ -92,27 +142,6 @@ def test_the_trainer_callbacks_argument_works_too(tmp_path):
     assert log.end["reason"] == "completed" and applied == STEPS
 
 
-def test_local_norms_are_per_layer_norms_beside_mindformers_own_monitors(tmp_path):
-    config = mf_config(tmp_path, callbacks=[
-        {"type": "TrainingStateMonitor", "config": {"local_norm_format": "log"}},
-        {"type": "CheckpointMonitor", "prefix": "llama_tiny", "save_checkpoint_steps": 10,
-         "directory": str(tmp_path / "output" / "checkpoint")}])
-    yaml_config = yaml.safe_load(config.read_text())
-    yaml_config["runner_wrapper"]["local_norm"] = True
-    yaml_config["callbacks"][-2]["layer_norms_interval"] = 5
-    config.write_text(yaml.safe_dump(yaml_config))
-    assert run_launcher(tmp_path, config) == STEPS
-    steps = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")).steps
-    with_layers = [s for s in steps if "layer_grad_norms" in s]
-    assert [s["step"] for s in with_layers] == [5, 10, 15, 20]
-    for step in with_layers:
-        layers = step["layer_grad_norms"]
-        assert "model.layers.0.attention.wq" in layers and len(layers) > 10
-        total = np.sqrt(sum(v ** 2 for v in layers.values()))
-        assert total == pytest.approx(step["grad_norm"], rel=1e-4)   # they compose
-    assert list((tmp_path / "output" / "checkpoint").rglob("*.ckpt"))
-
-
 def test_the_run_length_is_right_when_the_cpu_drops_mindformers_sink_mode(tmp_path):
     # MindFormers multiplies the epochs by data size / sink size for its sinks; the CPU then
     # trains every one of those epochs over the whole dataset
@@ -132,21 +161,3 @@ def test_the_run_length_is_right_when_the_cpu_drops_mindformers_sink_mode(tmp_pa
     assert [s["epoch"] for s in log.steps] == [1 + i // STEPS for i in range(trained)]
     notices = [n["message"] for n in log.of_kind("notice")]
     assert any("dataset_sink_mode=True was asked for" in n for n in notices)
-
-
-def test_tensorboard_scalars_go_beside_mindformers_own(tmp_path):
-    from tensorboard.backend.event_processing import event_accumulator
-    config = mf_config(tmp_path, tensorboard={"tensorboard_dir": str(tmp_path / "tb")})
-    yaml_config = yaml.safe_load(config.read_text())
-    yaml_config["callbacks"][-2]["tensorboard"] = True
-    config.write_text(yaml.safe_dump(yaml_config))
-    run_launcher(tmp_path, config)
-    runs = sorted(p.name for p in (tmp_path / "tb").iterdir())
-    assert runs == ["mindwatch_rank_0", "rank_0"]             # one TensorBoard, two runs
-    assert not (tmp_path / "mw" / "tensorboard").exists()
-    acc = event_accumulator.EventAccumulator(str(tmp_path / "tb" / "mindwatch_rank_0"),
-                                             size_guidance={event_accumulator.SCALARS: 0})
-    acc.Reload()
-    steps = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")).steps
-    losses = {event.step: event.value for event in acc.Scalars("train/loss")}
-    assert losses == {s["step"]: pytest.approx(s["loss"], rel=1e-6) for s in steps}

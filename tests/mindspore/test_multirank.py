@@ -57,6 +57,18 @@ def _wait_for_steps(process, log_dir, *, ranks, steps, timeout=120):
     raise AssertionError(f"the ranks never logged {steps} steps each")
 
 
+def _wait_for_ends(process, log_dir, *, ranks, timeout=120):
+    """Until every rank's log holds its ``end`` record (or msrun ends). msrun itself takes
+    ~25 s more to notice a worker that died of a signal and tear the job down, which the
+    caller does not wait for."""
+    deadline = time.monotonic() + timeout
+    paths = [log_dir / f"rank_{rank}.jsonl" for rank in range(ranks)]
+    while time.monotonic() < deadline and process.poll() is None:
+        if all(p.exists() and b'"kind":"end"' in p.read_bytes() for p in paths):
+            return
+        time.sleep(0.05)
+
+
 def msrun(tmp_path, scenario, **env):
     log_dir, out_dir = tmp_path / "run", tmp_path / "out"
     out_dir.mkdir()
@@ -209,16 +221,17 @@ def test_sigterm_stops_every_rank_after_the_same_step(tmp_path, targets):
     log_dir, out_dir = tmp_path / "run", tmp_path / "out"
     out_dir.mkdir()
     process = subprocess.Popen(_msrun_command(tmp_path, log_dir, out_dir, "long"),
-                               env=_environment(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+                               env=_environment(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                               start_new_session=True)
     try:
         pids = _wait_for_steps(process, log_dir, ranks=2, steps=5)
         for rank in targets:                    # a scheduler signals every task; or one dies
             os.kill(pids[rank], signal.SIGTERM)
-        process.communicate(timeout=120)
+        _wait_for_ends(process, log_dir, ranks=2)
     finally:
-        if process.poll() is None:
-            process.kill()
+        os.killpg(process.pid, signal.SIGKILL)  # msrun and any worker still there
+        process.communicate(timeout=30)
     run = read_run(str(log_dir))
     ends = [log.end for log in run.ranks]
     assert all(end is not None for end in ends), [log.records[-2:] for log in run.ranks]

@@ -8,10 +8,10 @@ import pytest
 from mindspore import nn
 
 from mindwatch import Monitor
+from mindwatch.basics.run_dir import current_umask
 from mindwatch.mindspore.checkpoint import save_atomically
 from mindwatch.mindspore.mindinsight import MindInsightSink
 from mindwatch.report.html import write_html
-from mindwatch.run_dir import current_umask
 from mindwatch.runlog import read_run
 
 

@@ -8,7 +8,7 @@ import re
 from PIL import Image
 from test_html import embedded_data
 
-from mindwatch import format as fmt
+from mindwatch.basics import format as fmt
 from mindwatch.report.compare import render_compare, write_compare_pngs
 from mindwatch.report.overlay import PALETTE, shade
 from mindwatch.report.runs import run_labels

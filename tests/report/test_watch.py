@@ -208,7 +208,9 @@ def test_watch_follows_a_live_run_and_returns_at_the_end(tmp_path):
         _train(run_dir, marks=marks)
 
     thread = threading.Thread(target=writer)
-    console = Console(file=io.StringIO(), width=120, force_terminal=False)
+    # wide enough that the header's run directory (tmp_path: longer under xdist) never
+    # wraps "2/2 ranks, 2 ended" onto two lines
+    console = Console(file=io.StringIO(), width=400, force_terminal=False)
     thread.start()
     try:
         code = watch(run_dir, console=console, refresh_s=0.02, timeout_s=30)

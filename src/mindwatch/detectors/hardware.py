@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..anomaly import MEMORY_PRESSURE, OVERHEAT, Anomaly
-from ..arguments import checked
+from ..basics.arguments import checked
+from ..basics.checks import check_int, check_number
 from ..observation import DeviceSample, HardwareSample
 from ..records import device_label
-from ..settings import check_int, check_number
 from .base import Detector, is_finite
 
 HOST = "host"

@@ -9,8 +9,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..numbers import to_number
-from ..once import OnceMessages
+from ..basics.numbers import to_number
+from ..basics.once import OnceMessages
 
 Reader = Callable[[], Mapping[str, Any]]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..once import OnceMessages
+from ..basics.once import OnceMessages
+from ..basics.units import GB
 from ..records import Hardware
-from ..units import GB
 
 
 def _import_psutil():

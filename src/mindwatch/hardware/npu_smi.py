@@ -15,9 +15,9 @@ import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
+from ..basics.once import OnceMessages
+from ..basics.rank import LOCAL_RANK_VARS, env_int, parse_index
 from ..observation import DeviceSample
-from ..once import OnceMessages
-from ..rank import LOCAL_RANK_VARS, env_int, parse_index
 from .npu_smi_parse import parse_info, parse_mapping, to_device_samples
 
 # a missing tool may still appear (a driver install finishing); a few tries cost little

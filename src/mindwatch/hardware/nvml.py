@@ -9,10 +9,10 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from ..numbers import to_number
+from ..basics.numbers import to_number
+from ..basics.once import OnceMessages
+from ..basics.units import MB
 from ..observation import DeviceSample
-from ..once import OnceMessages
-from ..units import MB
 
 MW_PER_W = 1000                     # NVML reports power in milliwatts
 

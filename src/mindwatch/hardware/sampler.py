@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..arguments import checked
+from ..basics.arguments import checked
+from ..basics.checks import check_number
+from ..basics.once import OnceMessages
 from ..observation import DeviceSample, HardwareSample
-from ..once import OnceMessages
 from ..records import Hardware
-from ..settings import check_number
 from .framework_memory import FrameworkMemoryProbe, Reader
 from .npu_smi import NpuSmiProbe, visible_devices_from_env
 from .nvml import NvmlProbe

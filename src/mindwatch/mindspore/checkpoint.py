@@ -7,7 +7,7 @@ import os
 import mindspore as ms
 from mindspore import nn
 
-from ..run_dir import apply_umask, checkpoint_path
+from ..basics.run_dir import apply_umask, checkpoint_path
 from .wrap import OWN_PREFIX
 
 

@@ -16,8 +16,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from ..peers import stop_code, stop_reason
-from ..rewinding import RewindWish
+from ..ranks.peers import stop_code, stop_reason
+from ..recovery.rewinding import RewindWish
 
 # Slots per rank, in this order: stop code, data time, rewind (steps back from this step to
 # the onset, plus one: small integers stay exact in float32 where a step number would not),

@@ -4,8 +4,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..basics.units import (
+    MB,  # the same MB as the device samples, so pool and device figures compare
+)
 from ..records import FrameworkMemory
-from ..units import MB  # the same MB as the device samples, so pool and device figures compare
 
 # our key -> (key of mindspore.runtime.memory_stats(), the single-value function)
 FIELDS = {

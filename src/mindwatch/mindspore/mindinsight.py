@@ -53,8 +53,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ..framework import SinkContext
-from ..sinks.base import Sink
+from ..sinks.base import Sink, SinkContext
 from ..sinks.scalars import ScalarView
 
 FILE_PREFIX = "mindwatch"

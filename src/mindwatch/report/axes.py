@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import format as fmt
+from ..basics import format as fmt
 
 # "auto" turns log on when the largest value is this many times the smallest: a spike of
 # 1000x flattens a linear axis to nothing.

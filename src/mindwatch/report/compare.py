@@ -15,9 +15,9 @@ import os
 import time
 from typing import Any
 
-from .. import format as fmt
+from ..basics import format as fmt
+from ..basics.run_dir import write_text_atomically
 from ..records import Anomaly, Common
-from ..run_dir import write_text_atomically
 from ..runlog import RunLog
 from . import html as page  # the building blocks of a one-run page: one look for both
 from .overlay import overlay, run_colour

@@ -19,11 +19,11 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
 
-from .. import format as fmt
 from .. import records
 from ..anomaly import HANG
+from ..basics import format as fmt
+from ..basics.run_dir import write_text_atomically
 from ..records import Anomaly, Common, End, Run, Step
-from ..run_dir import write_text_atomically
 from ..runlog import RunLog
 from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, run_settings, scan_logs
 from .recovery import recovery_section

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .. import format as fmt
+from ..basics import format as fmt
 from ..records import Anomaly, Device, Hardware, Run, Step
 from ..runlog import RankLog, RankScan, RunLog
 from ..runlog.scan import X

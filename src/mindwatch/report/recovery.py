@@ -9,7 +9,7 @@ import html
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import format as fmt
+from ..basics import format as fmt
 from ..records import Common, Rewind
 
 

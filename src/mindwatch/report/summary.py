@@ -12,9 +12,9 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from .. import format as fmt
 from .. import records
 from ..anomaly import HANG
+from ..basics import format as fmt
 from ..records import Anomaly, Common, End, Rewind, Step
 from ..runlog import RankScan, RunLog
 from ..runlog.steps import StepIndex, last_common_step

@@ -29,9 +29,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .. import format as fmt
 from .. import records
 from ..anomaly import HANG
+from ..basics import format as fmt
 from ..records import Anomaly, Common, Device, End, Hardware, Run, Step, device_label
 from ..runlog import RunLogError
 from ..runlog.follower import Follower

@@ -16,8 +16,8 @@ import os
 from stat import S_ISREG
 from typing import BinaryIO
 
+from ..basics.run_dir import rank_logs, rank_of
 from ..records import Common
-from ..run_dir import rank_logs, rank_of
 from .history import History
 from .lines import SHOWN_SKIPS, LineDecoder, Record, RunLogError, too_many_bad
 from .reader import CHUNK_BYTES

@@ -21,8 +21,8 @@ import stat
 from collections.abc import Iterator
 
 from .. import records
+from ..basics.run_dir import rank_logs, rank_of
 from ..records import Common
-from ..run_dir import rank_logs, rank_of
 from .batch import Batch, BatchDecoder
 from .lines import LineDecoder, Record, RunLogError
 from .scan import RankScan, Scanner, scan_records

@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import records
 from ..anomaly import HANG, PEER_STOP
-from ..once import OnceMessages
+from ..basics.once import OnceMessages
 from ..records import Anomaly, Common, End, StoppedBy
 from .alert_body import alert_from_anomaly, alert_from_end, shaped
 from .base import Sink

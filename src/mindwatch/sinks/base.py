@@ -1,7 +1,8 @@
 """The sink interface: a view of the run that receives every record and decides nothing."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -25,3 +26,15 @@ class Sink:
 
     def close(self) -> None:
         pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkContext:
+    """Where a framework-provided sink writes: the run directory and this process's rank."""
+
+    log_dir: str
+    rank: int
+    local_rank: int
+
+
+SinkFactory = Callable[[SinkContext], Sink]

@@ -6,8 +6,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from .. import format as fmt
 from .. import records
+from ..basics import format as fmt
 from ..records import Anomaly, Common, End, Epoch, Notice, Rewind, Run, Step, Versions
 from .base import Sink
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..framework import SinkContext, SinkFactory
-from .base import Sink
+from .base import Sink, SinkContext, SinkFactory
 from .jsonl import JsonlSink
 
 # Views that only a framework adapter can write, by the setting that switches each on.

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import records
 from ..anomaly import ANOMALY_KINDS
-from ..checks import check_token
-from ..numbers import to_number
+from ..basics.checks import check_token
+from ..basics.numbers import to_number
 from ..records import Anomaly, Common, Device, Hardware, Step, device_label
 from .base import Sink
 

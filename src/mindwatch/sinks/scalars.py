@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from .. import records
-from ..numbers import to_number
+from ..basics.numbers import to_number
 from ..records import Common, Device, Epoch, Hardware, Step, device_label
 
 TRAIN, TIME, EPOCH, HARDWARE, ANOMALIES = "train", "time", "epoch", "hardware", "anomalies"

@@ -10,8 +10,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .. import format as fmt
-from ..numbers import to_number
+from ..basics import format as fmt
+from ..basics.numbers import to_number
 from ..records import Anomaly, Common
 from .base import Sink
 from .scalars import ANOMALIES, ScalarView

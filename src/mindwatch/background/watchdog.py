@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .clock import Clock
+from ..basics.clock import Clock
 
 MIN_AUTO_TIMEOUT_S = 600.0
 AUTO_MEDIAN_FACTOR = 20.0
@@ -71,9 +71,10 @@ class HangWatchdog:
     def __init__(self, *, timeout_s: float | None, clock: Clock,
                  on_hang: Callable[[Stall], None]):
         self.timeout_s, self.clock = timeout_s, clock
-        # A monitor's bound method is held weakly: a monitor nobody closed and nobody holds
-        # any more (a custom loop that forgot close()) must not keep a thread that reports
-        # its "hang" forever. The thread ends at its next look once the monitor is gone.
+        # The owner's bound method (HangGuard's, hence the monitor's) is held weakly: a
+        # monitor nobody closed and nobody holds any more (a custom loop that forgot close())
+        # must not keep a thread that reports its "hang" forever. The thread ends at its next
+        # look once the monitor is gone.
         self._on_hang: Callable[[], Callable[[Stall], None] | None] = (
             weakref.WeakMethod(on_hang) if hasattr(on_hang, "__self__")
             else lambda: on_hang)

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .records import Epoch, Step
+from ..records import Epoch, Step
 
 # state_dict key of the previous epoch's mean loss
 _PREVIOUS_MEAN = "previous_epoch_mean"

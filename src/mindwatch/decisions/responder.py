@@ -12,14 +12,14 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .anomaly import GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH, Anomaly
+from ..anomaly import GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH, Anomaly
+from ..basics.once import OnceMessages
+from ..framework import FrameworkHooks, SavedStates
+from ..policy import Policy
+from ..records import Step
+from ..recovery.skipping import not_withheld_reason
 from .anomaly_report import HISTORY_STEPS, write_report
-from .framework import FrameworkHooks, SavedStates
 from .hang_report import write_hang_report
-from .once import OnceMessages
-from .policy import Policy
-from .records import Step
-from .skipping import not_withheld_reason
 
 GRADIENT_KINDS = (GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, GRAD_SPIKE)
 TOP_LAYERS = 5

@@ -16,13 +16,13 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import format as fmt
-from . import records
-from .anomaly import Anomaly
+from .. import records
+from ..anomaly import Anomaly
+from ..basics import format as fmt
+from ..basics.run_dir import hang_report_stem
+from ..records import Anomaly as Record
+from ..records import Common, Step
 from .anomaly_report import HARDWARE, HISTORY, HISTORY_FIELDS, write_report_files
-from .records import Anomaly as Record
-from .records import Common, Step
-from .run_dir import hang_report_stem
 
 # The report's own fields, beside the anomaly record's; one entry of THREADS, one frame.
 THREADS = "threads"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from mindwatch import MonitorSettings
-from mindwatch.settings_doc import (
+from mindwatch.report.settings_table import (
     END_MARKER,
     REGENERATE,
     START_MARKER,

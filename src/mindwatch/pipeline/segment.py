@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import records
-from .anomaly import PEER_STOP, SIGNAL_STOP, SINK_ERROR, Anomaly
-from .records import StoppedBy
+from .. import records
+from ..anomaly import PEER_STOP, SIGNAL_STOP, SINK_ERROR, Anomaly
+from ..records import StoppedBy
 
 
 @dataclass
@@ -54,3 +54,15 @@ class RunSegment:
             return {StoppedBy.ANOMALY: kind, StoppedBy.STEP: stop.step, StoppedBy.RANK: rank}
         return {StoppedBy.ANOMALY: stop.kind, StoppedBy.STEP: stop.step,
                 StoppedBy.RANK: own_rank}
+
+
+class CurrentSegment:
+    """The segment the monitor's parts act on. ``Monitor.start`` replaces it with ``begin``;
+    each part reads ``segment`` when it acts, so none keeps writing to one that has ended."""
+
+    def __init__(self, now: float):
+        self.segment = RunSegment.begin(now)
+
+    def begin(self, now: float) -> RunSegment:
+        self.segment = RunSegment.begin(now)
+        return self.segment

@@ -30,10 +30,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .anomaly import Anomaly
-from .detectors import Detector
-from .once import OnceMessages
-from .policy import REWIND, REWINDABLE_KINDS, Policy
+from ..anomaly import Anomaly
+from ..basics.once import OnceMessages
+from ..detectors import Detector
+from ..policy import REWIND, REWINDABLE_KINDS, Policy
 
 
 def require_snapshots(policies: Mapping[str, str], store: SnapshotStore | None) -> None:

@@ -6,12 +6,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from . import format as fmt
-from . import records
-from .anomaly import Anomaly
-from .records import Anomaly as Record
-from .records import Common, Step
-from .run_dir import unused_report_stem, write_text_atomically
+from .. import records
+from ..anomaly import Anomaly
+from ..basics import format as fmt
+from ..basics.run_dir import unused_report_stem, write_text_atomically
+from ..records import Anomaly as Record
+from ..records import Common, Step
 
 HISTORY_STEPS = 50
 # The step fields each history row keeps.

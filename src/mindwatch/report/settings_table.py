@@ -4,7 +4,7 @@ Each setting is documented once, in its field (``setting(default, doc, unit)`` i
 ``settings.py``); the Markdown table is generated from those fields and pasted between two
 marker comments. Regenerate it after adding or changing a setting::
 
-    python -m mindwatch.settings_doc --write docs/api.md     # or: make docs
+    python -m mindwatch.report.settings_table --write docs/api.md     # or: make docs
 
 ``--check docs/api.md`` exits 1 when the file's table is out of date (for CI).
 """
@@ -14,12 +14,12 @@ import argparse
 import dataclasses
 import sys
 
-from .settings import MonitorSettings
+from ..settings import MonitorSettings
 
 START_MARKER = ("<!-- settings-table:start (generated from src/mindwatch/settings.py by "
                 "`make docs`; do not edit by hand) -->")
 END_MARKER = "<!-- settings-table:end -->"
-REGENERATE = "python -m mindwatch.settings_doc --write docs/api.md   (or: make docs)"
+REGENERATE = "python -m mindwatch.report.settings_table --write docs/api.md   (or: make docs)"
 
 
 def documented_fields(cls: type[MonitorSettings] = MonitorSettings) -> list[dataclasses.Field]:
@@ -69,7 +69,7 @@ def replace_table(text: str, table: str | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mindwatch.settings_doc",
+        prog="python -m mindwatch.report.settings_table",
         description="Print the Markdown table of every MonitorSettings field, or update it "
                     "in place between the settings-table markers of a file.")
     group = parser.add_mutually_exclusive_group()

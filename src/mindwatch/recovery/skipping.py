@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .anomaly import (
+from ..anomaly import (
     GRAD_SPIKE,
     GRADIENT_EXPLODE,
     GRADIENT_NONFINITE,
@@ -40,10 +40,10 @@ from .anomaly import (
     LR_ANOMALY,
     Anomaly,
 )
-from .detectors.lr_anomaly import LrAnomalyDetector
-from .detectors.spike import SpikeDetector
-from .observation import StepObservation
-from .policy import REWINDABLE_KINDS, SKIP, WARN, Policy
+from ..detectors.lr_anomaly import LrAnomalyDetector
+from ..detectors.spike import SpikeDetector
+from ..observation import StepObservation
+from ..policy import REWINDABLE_KINDS, SKIP, WARN, Policy
 
 # Kinds found on the step itself, before its update could be applied, by values the graph
 # can compare: only these can be withheld.

@@ -16,9 +16,11 @@ back from a run log.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from .records import NONFINITE_TEXT
+# The run log's spellings of non-finite numbers (strict JSON has none of its own).
+NONFINITE_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def to_number(value: Any, name: str | None = None) -> float | None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .anomaly import ANOMALY_KINDS, PEER_STOP, STOP_REQUESTS, USER_STOP, Anomaly
-from .detectors.straggler import StragglerDetector
-from .policy import SKIP, Policy
+from ..anomaly import ANOMALY_KINDS, PEER_STOP, STOP_REQUESTS, USER_STOP, Anomaly
+from ..detectors.straggler import StragglerDetector
+from ..policy import SKIP, Policy
 
 STOP_REASONS = (*ANOMALY_KINDS, *STOP_REQUESTS)
 

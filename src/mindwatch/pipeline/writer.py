@@ -12,11 +12,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import records
-from .clock import Clock
-from .records import Common, Notice
-from .sinks.base import Sink
-from .sinks.sink_set import SinkError, SinkSet
+from .. import records
+from ..basics.clock import Clock
+from ..records import Common, Notice
+from ..sinks.base import Sink
+from ..sinks.sink_set import SinkError, SinkSet
 
 SINK_SOURCE = "sink"           # Notice.SOURCE of messages about sinks
 
