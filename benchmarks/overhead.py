@@ -103,11 +103,17 @@ CONFIGS = [
     ("TrainMonitor+wrap, no skipping", mindwatch(skip_anomalous_updates=False)),
     ("TrainMonitor+wrap, hardware every 2 s", mindwatch(hardware_interval_s=2.0)),
     ("TrainMonitor+wrap, hardware every 0.5 s", mindwatch(hardware_interval_s=0.5)),
+    # State records: off, and on every step (the state graph's own step time; at the
+    # default interval of 100 a chunk of 40 steps would never run it).
+    ("TrainMonitor+wrap, state off", mindwatch(settings=dict(state_interval=None))),
+    ("TrainMonitor+wrap, state every step", mindwatch(settings=dict(state_interval=1))),
     # Every view and measurement on: per-layer norms, TensorBoard, MindInsight, Prometheus.
     ("everything on", mindwatch(hardware_interval_s=2.0, per_layer_norms=True, settings=dict(
         tensorboard=True, mindinsight=True, prometheus_port=0))),
 ]
 SAMPLER_BASE = "TrainMonitor+wrap"    # the sampler configurations are also compared to this
+STATE_OFF, STATE_EVERY_STEP = "TrainMonitor+wrap, state off", "TrainMonitor+wrap, state every step"
+DEFAULT_STATE_INTERVAL = 100
 # The skipping step is also compared to the bare step with the same in-graph `if`: what is
 # left is mindwatch's own cost (norm, outputs, callback), apart from MindSpore's control flow.
 IF_BASE, IF_COMPARED = "bare step, update inside an if", "TrainMonitor+wrap"
@@ -187,7 +193,7 @@ def main(argv=None) -> int:
         print("ms/step: median over chunks of each chunk's median step-to-step time; ratio: median")
         print("over chunks of (this chunk / the bare chunk of the same round), so drift cancels")
         print(f"{'configuration':<42}{'ms/step':>9}{'ratio':>8}{'vs no sampler':>15}"
-              f"{'vs if-step':>12}")
+              f"{'vs if-step':>12}{'vs state off':>14}")
         for name, *_ in configs:
             ratios = [mine / bare for mine, bare
                       in zip(per_chunk[name], per_chunk[base_name], strict=True)]
@@ -201,7 +207,16 @@ def main(argv=None) -> int:
                 own = [mine / base for mine, base
                        in zip(per_chunk[name], per_chunk[IF_BASE], strict=True)]
                 line += f"{'':>15}{statistics.median(own):>12.3f}"
+            if name == STATE_EVERY_STEP and STATE_OFF in per_chunk:
+                state_ratio = statistics.median(
+                    mine / base for mine, base
+                    in zip(per_chunk[name], per_chunk[STATE_OFF], strict=True))
+                line += f"{'':>27}{state_ratio:>14.3f}"
             print(line)
+        if STATE_EVERY_STEP in per_chunk and STATE_OFF in per_chunk:
+            print(f"state records at the default state_interval ({DEFAULT_STATE_INTERVAL}): "
+                  f"{(state_ratio - 1) / DEFAULT_STATE_INTERVAL:.2%} of a step on average "
+                  f"(one state step costs {state_ratio - 1:.2f} extra steps)")
         print("\ncost of one sample() per probe (on the sampler thread, never on the step):")
         for name, seconds in probe_costs().items():
             print(f"  {name:<46}{seconds * 1e3:>8.3f} ms")

@@ -17,11 +17,14 @@ STRAGGLER = "straggler"
 PEER_STOP = "peer_stop"
 # No step ended for hang_timeout_s: found by the watchdog thread (watchdog.py), not a detector.
 HANG = "hang"
+# Inside the model, at state steps (state_interval): a layer's update/weight ratio.
+UPDATE_RATIO = "update_ratio"
 
 # Stable strings (docs/log-format.md), in the order a report lists them.
 ANOMALY_KINDS = (
     LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, LOSS_SPIKE,
     GRAD_SPIKE, LOSS_RISING, LR_ANOMALY, OVERHEAT, MEMORY_PRESSURE, STRAGGLER, PEER_STOP, HANG,
+    UPDATE_RATIO,
 )
 
 # Reasons to stop that are not anomalies: no anomaly record, the end record says why.

@@ -41,7 +41,7 @@ from .pipeline.writer import RecordWriter
 from .policy import Policy
 from .ranks.decisions import RankDecisions
 from .ranks.peers import Peers
-from .records import End, Epoch, Notice, Run, Versions
+from .records import End, Epoch, Notice, Run, State, Versions
 from .recovery.rewinding import RewindEvent, RewindGuard, RewindWish, require_snapshots
 from .recovery.skipping import SkipGuard
 from .settings import MonitorSettings
@@ -300,6 +300,29 @@ class Monitor:
         found = self._process(observation)
         self._stops.check_signal()
         self._stops.check_sink_error()
+        return found
+
+    def observe_state(self, *, step: int, weight_norm: float, update_norm: float,
+                      layers: Mapping[str, Mapping[str, float]],
+                      activations: Mapping[str, Mapping[str, float]] | None = None
+                      ) -> list[Anomaly]:
+        """Record the model's state after ``step`` (a ``state`` record): global L2 norms of
+        the weights and of the update applied, and per layer ``{weight_norm, update_norm,
+        update_ratio, grad_norm, m_norm, v_norm}``; ``activations``: sub-Cell name ->
+        ``{max_abs, rms}``. The MindSpore adapter calls it every ``state_interval`` steps.
+        Returns the anomalies found in it."""
+        self._ensure_started()
+        fields: dict[str, Any] = {State.STEP: step, State.WEIGHT_NORM: weight_norm,
+                                  State.UPDATE_NORM: update_norm,
+                                  State.LAYERS: {name: dict(entry)
+                                                 for name, entry in layers.items()}}
+        if activations:
+            fields[State.ACTIVATIONS] = {name: dict(entry)
+                                         for name, entry in activations.items()}
+        self._emit(records.STATE, fields)
+        found = [anomaly for detector in self.detectors
+                 for anomaly in detector.update_state(step, layers)]
+        self._actions.act(found)
         return found
 
     def notice(self, message: str, **fields: Any) -> None:

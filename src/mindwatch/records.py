@@ -31,8 +31,9 @@ ANOMALY = "anomaly"
 NOTICE = "notice"
 END = "end"
 REWIND = "rewind"
+STATE = "state"
 
-KINDS = (RUN, STEP, EPOCH, HARDWARE, ANOMALY, NOTICE, END, REWIND)
+KINDS = (RUN, STEP, EPOCH, HARDWARE, ANOMALY, NOTICE, END, REWIND, STATE)
 
 END_REASONS = ("completed", "stopped", "error", "signal", "aborted")     # End.REASON
 COMPLETED, STOPPED, ERROR, SIGNAL, ABORTED = END_REASONS
@@ -209,6 +210,27 @@ class Rewind(Fields):
     ORIGIN_RANK = optional("origin_rank")                    # the rank whose anomaly it was
 
 
+class State(Fields):
+    """Inside the model, every ``state_interval`` steps (with ``wrap``): L2 norms after the
+    step's update, over all trained parameters and per layer (``LayerState`` fields)."""
+    KIND = STATE
+    STEP = required(Step.STEP)
+    WEIGHT_NORM = required("weight_norm", nonfinite=True)
+    UPDATE_NORM = required("update_norm", nonfinite=True)    # of the update applied
+    LAYERS = required("layers", nonfinite=True)              # layer -> LayerState fields
+    ACTIVATIONS = optional("activations", nonfinite=True)    # cell -> {max_abs, rms}
+
+
+class LayerState(Fields):
+    """One layer of ``State.LAYERS``; the moments only where the optimizer keeps them."""
+    WEIGHT_NORM = required(State.WEIGHT_NORM, nonfinite=True)
+    UPDATE_NORM = required(State.UPDATE_NORM, nonfinite=True)
+    UPDATE_RATIO = required("update_ratio", nonfinite=True)  # update_norm / weight_norm
+    GRAD_NORM = required(Step.GRAD_NORM, nonfinite=True)     # pre-clip
+    M_NORM = optional("m_norm", nonfinite=True)
+    V_NORM = optional("v_norm", nonfinite=True)
+
+
 class StoppedBy(Fields):
     """``End.STOPPED_BY``: what stopped the run, and where it was found."""
     ANOMALY = required(Anomaly.ANOMALY)
@@ -235,14 +257,14 @@ class Alert(Fields):
 
 
 _RECORDS: tuple[type[Fields], ...] = (Run, Step, Epoch, Hardware, Anomaly, Notice, End,
-                                      Rewind)
+                                      Rewind, State)
 SCHEMAS: dict[str, type[Fields]] = {cls.KIND: cls for cls in _RECORDS}
 
 # The names other modules have imported since the first schema version.
 REQUIRED_FIELDS: dict[str, tuple] = {kind: cls.REQUIRED for kind, cls in SCHEMAS.items()}
 COMMON_FIELDS = Common.REQUIRED
 # Only these are decoded back to floats, at any depth of a record.
-_EVERY: tuple[type[Fields], ...] = (Common, *_RECORDS, Device)
+_EVERY: tuple[type[Fields], ...] = (Common, *_RECORDS, Device, LayerState)
 FLOAT_FIELDS = frozenset[str]().union(*(cls.NONFINITE for cls in _EVERY))
 
 

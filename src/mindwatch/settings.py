@@ -131,6 +131,17 @@ class MonitorSettings:
         50, "With `wrap(per_layer_norms=True)`: `layer_grad_norms` goes into the step record "
         "every N steps; gradient anomaly reports always name the largest layers of their "
         "step.", "steps")
+    state_interval: int | None = setting(
+        100, "With `wrap`: a `state` record every N steps (per-layer weight, update and "
+        "gradient norms, the update/weight ratio, the optimizer's moment norms), measured by "
+        "a second graph of the train step that only those steps run. `None` turns it off.",
+        "steps")
+    update_ratio_factor: float = setting(
+        10.0, "`update_ratio` when a layer's update/weight ratio at a state step is more than "
+        "this many times the median of its last 20 state records. Above 1.", "x")
+    update_ratio_ceiling: float = setting(
+        0.3, "`update_ratio` when a layer's update/weight ratio is above this, whatever its "
+        "history.", "ratio")
     # what to do
     on_anomaly: str | Mapping[str, str] | None = setting(
         None, "What to do about an anomaly: one policy for every kind, or a dict kind -> "
@@ -250,6 +261,10 @@ class MonitorSettings:
         check_int("loss_rising_window", self.loss_rising_window, minimum=4, maximum=MAX_COUNT)
         check_number("loss_rising_min", self.loss_rising_min, low=0.0, low_open=True)
         check_int("layer_norms_interval", self.layer_norms_interval, minimum=1, maximum=MAX_COUNT)
+        check_int("state_interval", self.state_interval, minimum=1, maximum=MAX_COUNT,
+                  optional=True)
+        check_number("update_ratio_factor", self.update_ratio_factor, low=1.0, low_open=True)
+        check_number("update_ratio_ceiling", self.update_ratio_ceiling, low=0.0, low_open=True)
         check_int("straggler_window", self.straggler_window, minimum=2, maximum=MAX_COUNT)
         check_number("straggler_factor", self.straggler_factor, low=1.0, low_open=True)
         self.policies = resolve_policies(self.on_anomaly)

@@ -16,9 +16,11 @@ from mindwatch.records import (
     Epoch,
     FrameworkMemory,
     Hardware,
+    LayerState,
     Notice,
     Rewind,
     Run,
+    State,
     Step,
     StoppedBy,
     Versions,
@@ -28,7 +30,7 @@ from mindwatch.records import (
 from mindwatch.runlog import read_rank_log
 
 FIELD_CLASSES = (Common, Run, Versions, Step, Epoch, Hardware, Device, FrameworkMemory, Anomaly,
-                 Notice, End, StoppedBy, Rewind)
+                 Notice, End, StoppedBy, Rewind, State)
 
 
 class _Snapshots:
@@ -62,6 +64,9 @@ def log(tmp_path, clock):
         devices=[DeviceSample(type="npu", index=0, util_percent=50.0, mem_used_mb=1024.0,
                               mem_total_mb=32768.0, temp_c=45.0, power_w=80.0)],
         framework_memory=dict.fromkeys(FrameworkMemory.REQUIRED)))
+    monitor.observe_state(step=3, weight_norm=4.0, update_norm=0.0, layers={"inp": {
+        "weight_norm": 4.0, "update_norm": 0.0, "update_ratio": 0.0, "grad_norm": 1e4,
+        "m_norm": 0.5, "v_norm": 0.25}})
     monitor.notice("something to know once", source="test")
     monitor.end_epoch()
     monitor.close()
@@ -77,6 +82,8 @@ def test_every_record_a_monitor_writes_is_complete(log):
     [hardware] = log.of_kind(records.HARDWARE)
     assert set(hardware[Hardware.DEVICES][0]) == set(Device.REQUIRED)
     assert set(hardware[Hardware.FRAMEWORK_MEMORY]) == set(FrameworkMemory.REQUIRED)
+    [state] = log.of_kind(records.STATE)
+    assert set(state[State.LAYERS]["inp"]) == set(LayerState.REQUIRED + LayerState.OPTIONAL)
     assert set(log.run[Run.VERSIONS]) == set(Versions.REQUIRED)
     assert log.end[End.REASON] == records.STOPPED
     assert set(log.end[End.STOPPED_BY]) == set(StoppedBy.REQUIRED)
@@ -128,7 +135,8 @@ def test_problems_of_devices_and_of_unknown_kinds():
     found = problems(hardware)
     assert "hardware record: device 0 lacks 'index'" in found and len(found) == 6
     assert problems({Common.KIND: "bogus", Common.RANK: 0, Common.TIME: 0.0}) == [
-        "unknown kind 'bogus'; known: run, step, epoch, hardware, anomaly, notice, end, rewind"]
+        "unknown kind 'bogus'; known: run, step, epoch, hardware, anomaly, notice, end, "
+        "rewind, state"]
     assert problems({}) == [f"lacks the field {name!r} every record has"
                             for name in records.COMMON_FIELDS]
     assert problems([1]) == ["a record must be a JSON object; got list"]

@@ -6,6 +6,7 @@ from .loss_rising import LossRisingDetector
 from .lr_anomaly import LrAnomalyDetector
 from .nonfinite import NonFiniteDetector
 from .spike import SpikeDetector, grad_spike, loss_spike
+from .update_ratio import UpdateRatioDetector
 
 __all__ = [
     "Detector",
@@ -16,6 +17,7 @@ __all__ = [
     "NonFiniteDetector",
     "OverheatDetector",
     "SpikeDetector",
+    "UpdateRatioDetector",
     "build_detectors",
     "grad_spike",
     "loss_spike",
@@ -39,4 +41,6 @@ def build_detectors(settings) -> list:
                          consecutive=settings.overheat_samples),
         MemoryPressureDetector(device_fraction=settings.memory_pressure_device,
                                host_available_fraction=settings.memory_pressure_host),
+        UpdateRatioDetector(factor=settings.update_ratio_factor,
+                            ceiling=settings.update_ratio_ceiling),
     ]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from ..anomaly import Anomaly
@@ -47,6 +48,11 @@ class Detector:
         return []
 
     def update_hardware(self, sample: HardwareSample) -> list[Anomaly]:
+        return []
+
+    def update_state(self, step: int, layers: Mapping[str, Mapping[str, Any]]) -> list[Anomaly]:
+        """A state record's per-layer fields (``records.LayerState``), every
+        ``state_interval`` steps."""
         return []
 
     def state_dict(self) -> dict[str, Any]:

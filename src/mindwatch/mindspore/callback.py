@@ -35,6 +35,7 @@ from .mindinsight import open_mindinsight_sink
 from .outputs import StepOutputs, read_outputs
 from .saved_states import ModelCheckpointWatch
 from .snapshots import TrainStateSnapshots
+from .state_steps import StateSteps
 from .wrap import MonitoredTrainStep
 
 
@@ -92,6 +93,7 @@ class TrainMonitor(Callback):
         self._sink_error: SinkError | None = None
         self._lr = LrReader()
         self._limits = GraphLimits()
+        self._states = StateSteps(self.settings.state_interval)
         # MindSpore enters every callback as a context manager around training, and again
         # around each evaluation Model.fit runs between epochs: only the outermost exit ends
         # the run.
@@ -167,7 +169,7 @@ class TrainMonitor(Callback):
                                 clip_grad_norm=clip_grad_norm,
                                 skip_anomalous_updates=skip_anomalous_updates, sens=sens,
                                 per_layer_norms=per_layer_norms, has_aux=has_aux)
-        return JitTrainStep(cell)
+        return JitTrainStep(cell, state_due=lambda: self._states.due(self.monitor.last_step + 1))
 
     def _build_step(self, network: nn.Cell, optimizer: nn.Optimizer, *,
                     clip_grad_norm: float | None, skip_anomalous_updates: bool, sens: float,
@@ -195,9 +197,19 @@ class TrainMonitor(Callback):
                                 f"got {type(outputs).__name__}")
             fields = {**outputs.observation(self._layers), **fields}
         found = self.monitor.observe(**fields)
+        found += self._observe_state(fields["step"])
         self.monitor.settle_rewind(step=fields["step"])
         self._push_skip_limits()
         return found
+
+    def _observe_state(self, step: int) -> list[Anomaly]:
+        """The state vector of the step just run, if it was a state step."""
+        cell = self.train_step
+        if cell is None or cell.last_state is None:
+            return []
+        vector, cell.last_state = cell.last_state, None
+        return self.monitor.observe_state(**self._states.fields(step, cell.state_layout,
+                                                                 vector))
 
     def _push_skip_limits(self) -> None:
         self._limits.push(self.train_step, self.monitor.skips.limits)
@@ -271,6 +283,10 @@ class TrainMonitor(Callback):
         # the part of a step in which the other ranks wait for a straggler.
         if self._mark is not None:
             self._data_time = self.monitor.clock.perf_counter() - self._mark
+        if self.train_step is not None and self._is_wrapped(run_context.original_args()):
+            # cur_step_num is already the step about to run
+            self.train_step.state_due = self._states.due(
+                int(run_context.original_args().cur_step_num))
 
     def on_train_step_end(self, run_context) -> None:
         now = self.monitor.clock.perf_counter()
@@ -303,6 +319,7 @@ class TrainMonitor(Callback):
                 step=step, epoch=getattr(cb, "cur_epoch_num", None), steps=covered,
                 step_time_s=step_time,
                 batch_size=self.settings.batch_size or batch_size_of(cb))
+            self._observe_state(step)
         except SinkError as exc:
             # on_sink_error="raise": stop cleanly after this step (the other ranks still
             # need this step's exchange), and raise once training has ended.

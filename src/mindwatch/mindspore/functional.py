@@ -38,8 +38,9 @@ class JitTrainStep:
     Tensors with ``has_aux=True``). ``cell`` is the ``MonitoredTrainStep`` (save it with
     ``mindspore.save_checkpoint`` to keep the optimizer state too)."""
 
-    def __init__(self, cell: MonitoredTrainStep):
-        self.cell = cell
+    def __init__(self, cell: MonitoredTrainStep, *,
+                 state_due: Callable[[], bool] = lambda: False):
+        self.cell, self._state_due = cell, state_due
 
         # PyNative runs a Cell op by op; the tutorials' @ms.jit compiles the step into one
         # graph, and so does this. In GRAPH_MODE the Cell compiles on its own.
@@ -48,7 +49,23 @@ class JitTrainStep:
             return cell(*inputs)
 
         self._compiled = compiled
+        self._compiled_state: Callable[..., Any] | None = None
 
     def __call__(self, *inputs: Any) -> StepOutputs:
-        run = self.cell if ms.get_context("mode") == ms.GRAPH_MODE else self._compiled
-        return read_outputs(run(*inputs), wrapped_by=self.cell)
+        """``state_due()`` says whether this step is a state step (the monitor's interval):
+        it then runs the state graph, whose vector the monitor reads after ``observe``."""
+        cell = self.cell
+        if ms.get_context("mode") == ms.GRAPH_MODE:
+            cell.state_due = self._state_due()
+            return read_outputs(cell(*inputs), wrapped_by=cell)
+        if not self._state_due():
+            return read_outputs(self._compiled(*inputs), wrapped_by=cell)
+        if self._compiled_state is None:
+            variant = cell.state_variant()
+
+            @ms.jit
+            def compiled_state(*batch):
+                return variant(*batch)
+
+            self._compiled_state = compiled_state
+        return read_outputs(cell.keep_state(self._compiled_state(*inputs)), wrapped_by=cell)

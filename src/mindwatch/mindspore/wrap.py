@@ -8,6 +8,7 @@ every rank agrees on and the number people mean by "grad norm".
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import mindspore as ms
 import numpy as np
@@ -18,6 +19,7 @@ from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get
 
 from ..settings import check_bool, check_number
 from .lr import group_indices
+from .state_probe import layout_of, moments_of, state_vector, weights_before
 
 # Layout of the ``stats`` output (float32 vector), read by the callback (outputs.py). Packing
 # the numbers into one tensor costs one device-to-host copy per step instead of three.
@@ -70,6 +72,16 @@ def _row_square_sums(grad):
     return ops.reduce_sum(grad * grad, 1)
 
 
+_update_square_sum = ops.MultitypeFuncGraph("mindwatch_update_square_sum")
+
+
+@_update_square_sum.register("Tensor", "Tensor")
+def _update_square_sum_tensors(after, before):
+    """Squared norm of the update ``after - before``, taken in float32 (a bfloat16
+    difference of nearby weights would lose most of its digits)."""
+    return ops.reduce_sum(_row_square_sums(_as_float32(after) - _as_float32(before)))
+
+
 @_scale.register("Tensor", "Tensor")
 def _scale_tensor(factor, grad):
     return grad * factor.astype(grad.dtype)
@@ -102,12 +114,24 @@ class MonitoredTrainStep(nn.Cell):
     On the CPU the ``if`` around the optimizer costs a fixed ~1 ms per step (5% of the demo
     model's 24 ms step): MindSpore runs each branch as its own kernel graph there. On Ascend
     it compiles to in-graph conditional kernels ("switch inline").
+
+    State steps (``state_due`` set before a call): that call runs a second graph of the same
+    step, compiled on its first use, which also measures the weights, the update and the
+    optimizer's moments (state_probe.py); ``last_state`` then holds its vector, and the
+    outputs are the ordinary ones. The ordinary graph has no trace of it.
     """
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
                  clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
-                 sens: float = 1.0, per_layer_norms: bool = False, has_aux: bool = False):
+                 sens: float = 1.0, per_layer_norms: bool = False, has_aux: bool = False,
+                 with_state: bool = False, limits: ms.Parameter | None = None):
         super().__init__(auto_prefix=False)
+        self._options: dict[str, Any] = {
+            "grad_explode": grad_explode, "clip_grad_norm": clip_grad_norm,
+            "skip_anomalous_updates": skip_anomalous_updates, "sens": sens,
+            "per_layer_norms": per_layer_norms, "has_aux": has_aux}
+        # The state graph's twin (``state_variant``) sets this: a compile-time constant.
+        self.with_state = with_state
         # ``network`` returns (loss, *aux), as a forward_fn for value_and_grad(has_aux=True):
         # the gradient is the loss's alone, and aux is passed through as the last output.
         self.has_aux = has_aux
@@ -152,11 +176,19 @@ class MonitoredTrainStep(nn.Cell):
         self._upper = (FLOAT32_MAX, self._norm_cap) + (FLOAT32_MAX,) * lrs
         if skip_anomalous_updates:
             self.lower_bounds = ms.Tensor(np.array(self._lower, np.float32))
-            self.upper_bounds = ms.Parameter(ms.Tensor(np.array(self._upper, np.float32)),
-                                             name=OWN_PREFIX + "step_limits", requires_grad=False)
+            # the state variant reads its twin's limits: one Parameter, written once
+            self.upper_bounds = limits if limits is not None else ms.Parameter(
+                ms.Tensor(np.array(self._upper, np.float32)), name=OWN_PREFIX + "step_limits",
+                requires_grad=False)
         if self.share_verdict:
             # SUM of 0/1 flags: MindSpore's CPU AllReduce has no MAX.
             self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
+        self.first_moments, self.second_moments = moments_of(optimizer, self.weights)
+        self.state_layout = layout_of(self.weights, self.first_moments, self.second_moments)
+        self.state_due = False
+        self.last_state = None
+        # Built on first use, and kept out of the Cell tree: it is another top-level graph
+        object.__setattr__(self, "_state_variant", None)
 
     @classmethod
     def checked(cls, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
@@ -218,6 +250,27 @@ class MonitoredTrainStep(nn.Cell):
             ops.assign(self.upper_bounds, ms.Tensor(np.array(upper, np.float32)))
             self._upper = upper
 
+    def __call__(self, *inputs):
+        if not self.state_due:
+            return super().__call__(*inputs)
+        self.state_due = False                  # one state step per request
+        return self.keep_state(self.state_variant()(*inputs))
+
+    def state_variant(self) -> MonitoredTrainStep:
+        """The state graph's Cell: this step over the same Parameters (the limits too),
+        whose output ends with the state vector; built on first use."""
+        variant = self._state_variant
+        if variant is None:
+            variant = type(self)(self.network, self.optimizer, **self._options, with_state=True,
+                                 limits=getattr(self, "upper_bounds", None))
+            object.__setattr__(self, "_state_variant", variant)
+        return variant
+
+    def keep_state(self, outputs):
+        """The state variant's outputs as the ordinary ones; its vector in ``last_state``."""
+        self.last_state = outputs[-1]
+        return outputs[:-1]
+
     def construct(self, *inputs):
         outputs = self.network(*inputs)
         if self.has_aux:
@@ -230,11 +283,14 @@ class MonitoredTrainStep(nn.Cell):
             sens = ops.ones_like(loss) * self.sens
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         grads = self.grad_reducer(grads)
-        if self.per_layer_norms:
+        if self.per_layer_norms or self.with_state:
             param_sq_norms = ops.stack(self.hyper_map(_square_sum, grads))
             grad_norm = ops.sqrt(param_sq_norms.sum())
         else:
             grad_norm = ops.sqrt(self._global_square_sum(grads))
+        if self.with_state:
+            before = weights_before(self.hyper_map, self.weights)
+            grads = ops.depend(grads, before)   # copied before the optimizer writes
         if self.clip:
             factor = self.clip_norm / ops.maximum(grad_norm, self.clip_norm)
             grads = self.hyper_map(ops.partial(_scale, factor), grads)
@@ -267,13 +323,17 @@ class MonitoredTrainStep(nn.Cell):
                 loss = ops.depend(loss, self.optimizer(grads))
         else:
             loss = ops.depend(loss, self.optimizer(grads))
+        result = (loss, stats)  # type: tuple[Any, ...]
         if self.per_layer_norms:
-            if self.has_aux:
-                return loss, stats, param_sq_norms, outputs[1:]
-            return loss, stats, param_sq_norms
+            result = result + (param_sq_norms,)  # noqa: RUF005 (graph mode: no starred tuple)
         if self.has_aux:
-            return loss, stats, outputs[1:]
-        return loss, stats
+            result = result + (outputs[1:],)  # noqa: RUF005
+        if self.with_state:
+            state = state_vector(_square_sum, _update_square_sum, self.hyper_map,
+                                 self.weights, before, param_sq_norms, self.first_moments,
+                                 self.second_moments)
+            result = result + (state,)  # noqa: RUF005
+        return result
 
 
 def _bound(value: float) -> float:

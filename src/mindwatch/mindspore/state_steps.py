@@ -1,0 +1,60 @@
+"""The host's side of state steps: which steps measure the model's state, and the ``state``
+record's fields from the vector the state graph returned (state_probe.py)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..records import LayerState, State
+from .layers import LayerGrouping
+from .state_probe import FIRST_MOMENT, GRAD, SECOND_MOMENT, UPDATE, WEIGHT, StateLayout
+
+_LAYER_FIELDS = {WEIGHT: LayerState.WEIGHT_NORM, UPDATE: LayerState.UPDATE_NORM,
+                 GRAD: LayerState.GRAD_NORM, FIRST_MOMENT: LayerState.M_NORM,
+                 SECOND_MOMENT: LayerState.V_NORM}
+
+
+class StateSteps:
+    """``interval``: the ``state_interval`` setting (None: never)."""
+
+    def __init__(self, interval: int | None):
+        self.interval = interval
+        self._grouping: tuple[tuple[str, ...], LayerGrouping] | None = None
+
+    def due(self, step: int) -> bool:
+        return self.interval is not None and step > 0 and step % self.interval == 0
+
+    def fields(self, step: int, layout: StateLayout, vector: Any) -> dict[str, Any]:
+        """``Monitor.observe_state``'s arguments: L2 norms over all parameters and per layer
+        (a layer's parameters' squares summed in float64), each layer's update/weight."""
+        values = vector.tolist() if hasattr(vector, "tolist") else list(vector)
+        squares = {quantity: np.asarray(block, np.float64)
+                   for quantity, block in layout.split(values).items()}
+        grouping = self._layers(layout.names)
+        per_quantity = {quantity: grouping.norms(block) for quantity, block in squares.items()}
+        layers: dict[str, dict[str, float]] = {}
+        for layer in grouping.layers:
+            entry = {_LAYER_FIELDS[quantity]: norms[layer]
+                     for quantity, norms in per_quantity.items()}
+            entry[LayerState.UPDATE_RATIO] = ratio(entry[LayerState.UPDATE_NORM],
+                                                   entry[LayerState.WEIGHT_NORM])
+            layers[layer] = entry
+        return {"step": step,
+                State.WEIGHT_NORM: math.sqrt(float(squares[WEIGHT].sum())),
+                State.UPDATE_NORM: math.sqrt(float(squares[UPDATE].sum())),
+                State.LAYERS: layers}
+
+    def _layers(self, names: tuple[str, ...]) -> LayerGrouping:
+        if self._grouping is None or self._grouping[0] != names:
+            self._grouping = (names, LayerGrouping(list(names)))
+        return self._grouping[1]
+
+
+def ratio(update: float, weight: float) -> float:
+    """``update / weight``; a weight of zero norm (a freshly zeroed bias) has ratio 0 when
+    nothing moved it, else inf."""
+    if weight > 0 or not math.isfinite(weight):
+        return update / weight
+    return 0.0 if update == 0 else math.inf
