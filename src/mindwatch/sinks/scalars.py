@@ -12,9 +12,13 @@ from typing import Any, NamedTuple
 
 from .. import records
 from ..basics.numbers import to_number
-from ..records import Common, Device, Epoch, Hardware, Step, device_label
+from ..records import Common, Device, Epoch, Hardware, LayerState, State, Step, device_label
 
 TRAIN, TIME, EPOCH, HARDWARE, ANOMALIES = "train", "time", "epoch", "hardware", "anomalies"
+# State records: state/weight_norm, state/update_norm, and one chart group per quantity with
+# a line per layer (state_update_ratio/blocks.0.attn), so TensorBoard shows each quantity's
+# layers side by side.
+STATE = "state"
 
 
 def _named(group: str, *fields: str) -> tuple[tuple[str, str], ...]:
@@ -28,6 +32,8 @@ STEP_SCALARS = (_named(TRAIN, Step.LOSS, Step.LOSS_SMOOTH, Step.LR, Step.GRAD_NO
 EPOCH_SCALARS = _named(EPOCH, Epoch.LOSS_MEAN, Epoch.LOSS_CHANGE, Epoch.NONFINITE_LOSSES)
 HARDWARE_SCALARS = _named(HARDWARE, Hardware.CPU_PERCENT, Hardware.MEM_USED_GB,
                           Hardware.MEM_AVAILABLE_GB, Hardware.RSS_GB)
+STATE_SCALARS = _named(STATE, State.WEIGHT_NORM, State.UPDATE_NORM)
+LAYER_FIELDS = LayerState.REQUIRED + LayerState.OPTIONAL
 # Per device, under hardware/<device label>/ (e.g. hardware/npu0/temp_c).
 DEVICE_FIELDS = (Device.UTIL_PERCENT, Device.MEM_USED_MB, Device.TEMP_C, Device.POWER_W)
 
@@ -75,6 +81,12 @@ class ScalarView:
             for device in record.get(Hardware.DEVICES) or []:
                 scalars += _fields(device, _named(f"{HARDWARE}/{device_label(device)}",
                                                   *DEVICE_FIELDS))
+        elif kind == records.STATE:
+            scalars += _fields(record, STATE_SCALARS)
+            for layer, fields in (record.get(State.LAYERS) or {}).items():
+                if isinstance(fields, Mapping):
+                    scalars += _fields(fields, tuple((field, f"{STATE}_{field}/{layer}")
+                                                     for field in LAYER_FIELDS))
         elif kind == records.ANOMALY:
             name = str(record.get(records.Anomaly.ANOMALY))
             self._anomaly_counts[name] += 1
