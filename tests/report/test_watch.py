@@ -328,3 +328,32 @@ def test_watch_into_a_file_keeps_the_width_columns_asks_for(tmp_path):
     assert max(map(len, lines)) == 100
     assert _row("\n".join(lines), 0).startswith("   0  3/10…  1.3… ")     # cut, as asked
     assert not [line for line in lines if LONG_MESSAGE in line]          # wrapped
+
+
+def _state(step, rank, **ratios):
+    return {"kind": "state", "rank": rank, "time": 3.0 + step, "step": step,
+            "weight_norm": 12.5, "update_norm": 0.0625, "layers": {
+                layer: {"weight_norm": 1.0, "update_norm": ratio, "update_ratio": ratio,
+                        "grad_norm": 0.5} for layer, ratio in ratios.items()}}
+
+
+def test_inside_the_model_shows_each_ranks_layer_with_the_largest_update_ratio():
+    state = WatchState("runs/x")
+    state.exists = True
+    state.update([dict(RUN), dict(RUN, rank=1), _step(100), _step(100, rank=1),
+                  _state(100, 0, **{"blocks.0.attn": 1e-3, "blocks.1.mlp": 4e-3}),
+                  _state(100, 1, **{"blocks.0.attn": 2e-3, "blocks.1.mlp": math.nan}),
+                  _state(200, 0, **{"blocks.0.attn": 0.25, "blocks.1.mlp": 4e-3})])
+    text = _text(render(state))
+    assert "inside the model (latest state record)" in text
+    rows = [line for line in text.splitlines() if "blocks." in line]
+    assert rows[0].split()[:3] == ["0", "200", "12.5"] and "blocks.0.attn 0.25" in rows[0]
+    assert rows[1].split()[:2] == ["1", "100"] and "blocks.1.mlp nan" in rows[1]   # NaN first
+    assert "inside the model" not in _text(render(_only_steps()))
+
+
+def _only_steps():
+    state = WatchState("runs/x")
+    state.exists = True
+    state.update([dict(RUN), _step(1)])
+    return state

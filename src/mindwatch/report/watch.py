@@ -32,7 +32,18 @@ from rich.text import Text
 from .. import records
 from ..anomaly import HANG
 from ..basics import format as fmt
-from ..records import Anomaly, Common, Device, End, Hardware, Run, Step, device_label
+from ..records import (
+    Anomaly,
+    Common,
+    Device,
+    End,
+    Hardware,
+    LayerState,
+    Run,
+    State,
+    Step,
+    device_label,
+)
 from ..runlog import RunLogError
 from ..runlog.follower import Follower
 from ..settings import check_number
@@ -93,6 +104,39 @@ def _status(state: RankState) -> Text:
     return Text("running", style="cyan")
 
 
+def largest_update_ratio(state: Mapping[str, Any]) -> tuple[str, float] | None:
+    """The layer whose update/weight ratio is the largest in a state record (NaN first: a
+    layer gone non-finite is the one to look at)."""
+    found = None
+    for layer, fields in (state.get(State.LAYERS) or {}).items():
+        ratio = fields.get(LayerState.UPDATE_RATIO) if isinstance(fields, Mapping) else None
+        if not isinstance(ratio, (int, float)):
+            continue
+        key = (math.isnan(ratio), -math.inf if math.isnan(ratio) else ratio)
+        if found is None or key > found[0]:
+            found = (key, layer, float(ratio))
+    return None if found is None else (found[1], found[2])
+
+
+def _inside_the_model(ranks: Mapping[int, Any]) -> Table | None:
+    """Per rank, the latest state record: norms, and the layer moving most for its size."""
+    rows = [(rank, ranks[rank].state) for rank in sorted(ranks) if ranks[rank].state]
+    if not rows:
+        return None
+    table = Table(title="inside the model (latest state record)", box=box.SIMPLE_HEAD,
+                  header_style="bold", title_justify="left", pad_edge=False)
+    for name in ("rank", "step", "weight norm", "update norm", "largest update/weight"):
+        table.add_column(name, no_wrap=True, justify="left" if name.startswith("largest")
+                         else "right")
+    for rank, state in rows:
+        top = largest_update_ratio(state)
+        table.add_row(str(rank), str(state.get(State.STEP)),
+                      fmt.number(state.get(State.WEIGHT_NORM)),
+                      fmt.number(state.get(State.UPDATE_NORM)),
+                      fmt.MISSING if top is None else f"{top[0]} {fmt.number(top[1])}")
+    return table
+
+
 def _throughput(step: Mapping[str, Any]) -> str:
     """Tokens/s and MFU when the run logs them (``tokens_per_sample``), else samples/s."""
     tokens = step.get(Step.TOKENS_PER_S)
@@ -143,6 +187,9 @@ def render(state: WatchState, *, elapsed_s: float | None = None, final: bool = F
             style="yellow"))
     if hardware.row_count:
         parts.append(hardware)
+    inside = _inside_the_model(ranks)
+    if inside is not None:
+        parts.append(inside)
     anomalies = sorted((a for rs in ranks.values() for a in rs.anomalies),
                        key=lambda a: (a.get(Common.TIME) or 0, a.get(Common.RANK))
                        )[-LAST_ANOMALIES:]

@@ -1,6 +1,7 @@
 """What the live view shows (``mindwatch watch``), folded from records: per rank the latest
 ``run`` record and the ``end`` of its latest segment, the latest step and hardware sample, the
-recent losses and the last anomalies with their count.
+recent losses, the latest state record (inside the model) and the last anomalies with their
+count.
 
 Records come in two streams (``runlog.follower``): ``update`` gets each log's tail and then
 what is appended to it, ``update_history`` what lies before the tail, read later. The view is
@@ -26,6 +27,7 @@ class RankState:
     run: dict[str, Any] | None = None
     step: dict[str, Any] | None = None
     hardware: dict[str, Any] | None = None
+    state: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
     losses: deque[float | None] = field(default_factory=lambda: deque(maxlen=SPARK_WIDTH))
     anomalies: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=LAST_ANOMALIES))
@@ -40,6 +42,8 @@ class RankState:
             self.losses.append(record.get(Step.LOSS))
         elif kind == records.HARDWARE:
             self.hardware = record
+        elif kind == records.STATE:
+            self.state = record
         elif kind == records.ANOMALY:
             self.anomalies.append(record)
             self.anomaly_count += 1
@@ -53,6 +57,7 @@ class RankState:
         both.end = self.end if self.run is not None or self.end is not None else past.end
         both.step = self.step if self.step is not None else past.step
         both.hardware = self.hardware if self.hardware is not None else past.hardware
+        both.state = self.state if self.state is not None else past.state
         both.losses.extend([*past.losses, *self.losses])
         both.anomalies.extend([*past.anomalies, *self.anomalies])
         return both
