@@ -3,11 +3,10 @@ to the sinks. Adapters (``mindwatch.mindspore``) feed it plain numbers and hand 
 construction, the ``FrameworkHooks`` through which it carries out what needs the framework
 (checkpoints, resume hints, device memory, framework-only views).
 
-``Monitor`` runs one step through the pipeline and composes the parts that own the rest,
-each handed its collaborators here: ``Actions`` (what a finding does), ``StopRequests``
-(signals, sink failures, a user's stop), ``RankDecisions`` (stops and rewinds shared with
-the other ranks), ``HardwareInput`` (the sampler thread) and ``HangGuard`` (the watchdog
-thread). docs/design.md draws the map."""
+``Monitor`` runs each step through the pipeline and composes the parts that own the rest,
+handed their collaborators here: ``Actions`` (what a finding does), ``StopRequests`` (signals,
+sink failures, a user's stop), ``RankDecisions`` (what the ranks decide together),
+``StateInput``, ``HardwareInput`` and ``HangGuard``. docs/design.md draws the map."""
 from __future__ import annotations
 
 import os
@@ -19,8 +18,6 @@ from typing import Any, TextIO
 
 from . import records
 from .anomaly import (
-    GRAD_SPIKE,
-    LOSS_SPIKE,
     Anomaly,
 )
 from .background.hangs import HangGuard
@@ -31,17 +28,19 @@ from .basics.run_dir import prepare
 from .decisions.actions import Actions
 from .decisions.responder import Responder
 from .decisions.stops import StopRequests
-from .detectors import Detector, LrAnomalyDetector, SpikeDetector, build_detectors
+from .detectors import Detector, build_detectors
 from .framework import FrameworkHooks
 from .observation import HardwareSample, StepObservation
+from .pipeline import history
 from .pipeline.loss_stats import LossStats
 from .pipeline.segment import CurrentSegment
+from .pipeline.state_input import StateInput
 from .pipeline.throughput import Throughput
 from .pipeline.writer import RecordWriter
 from .policy import Policy
 from .ranks.decisions import RankDecisions
 from .ranks.peers import Peers
-from .records import End, Epoch, Notice, Run, State, Versions
+from .records import End, Epoch, Notice, Run, Versions
 from .recovery.rewinding import RewindEvent, RewindGuard, RewindWish, require_snapshots
 from .recovery.skipping import SkipGuard
 from .settings import MonitorSettings
@@ -110,13 +109,9 @@ class Monitor:
                            straggler_window=self.settings.straggler_window,
                            straggler_factor=self.settings.straggler_factor)
         self.detectors: list[Detector] = build_detectors(self.settings)
-        spikes = {d.kind: d for d in self.detectors if isinstance(d, SpikeDetector)}
         # on_anomaly "skip": the limits handed to wrap's graph, the actions, escalation.
-        self.skips = SkipGuard(self.policy, max_skips=self.settings.max_skips,
-                               loss_spike=spikes.get(LOSS_SPIKE),
-                               grad_spike=spikes.get(GRAD_SPIKE),
-                               lr_rule=next((d for d in self.detectors
-                                             if isinstance(d, LrAnomalyDetector)), None))
+        self.skips = SkipGuard.from_detectors(self.policy, max_skips=self.settings.max_skips,
+                                              detectors=self.detectors)
         # on_anomaly "rewind": snapshots, the target, escalation (the framework copies).
         self.rewinds = RewindGuard(self.policy, snapshot_every=self.settings.snapshot_every,
                                    snapshots_kept=self.settings.snapshots_kept,
@@ -146,6 +141,7 @@ class Monitor:
             interval_s=self.settings.hardware_interval_s, all_devices=self.settings.all_devices,
             memory_reader=self.framework.memory_reader, detectors=self.detectors,
             current=current, responder=responder, writer=writer, actions=actions)
+        self._state = StateInput(detectors=self.detectors, writer=writer, act=actions.act)
         self._hangs = HangGuard(timeout_s=self.settings.hang_timeout_s, clock=self.clock,
                                 rank=self.rank, policy=self.policy, current=current,
                                 responder=responder, writer=writer, actions=actions)
@@ -185,7 +181,7 @@ class Monitor:
         self._current.segment.started = True
         self.console.total_steps = total_steps
         self._hardware.start()
-        self._emit(records.RUN, {
+        self._writer.emit(records.RUN, {
             Run.SCHEMA: records.SCHEMA_VERSION, Run.WORLD_SIZE: self.world_size,
             Run.HOST: socket.gethostname(), Run.PID: os.getpid(),
             Run.CONFIG: self.settings.as_record(), Run.VERSIONS: self.versions,
@@ -221,7 +217,7 @@ class Monitor:
         self._stops.check_signal()           # one that came after the last step
         self.end_epoch()
         error = error or segment.sink_error
-        self._emit(records.END, {
+        self._writer.emit(records.END, {
             End.REASON: reason or segment.end_reason(error), End.STEPS: segment.last_step,
             End.ELAPSED_S: self.clock.perf_counter() - segment.start_perf, End.ERROR: error,
             End.STOPPED_BY: segment.stopped_by(self.rank)})
@@ -306,29 +302,18 @@ class Monitor:
                       layers: Mapping[str, Mapping[str, float]],
                       activations: Mapping[str, Mapping[str, float]] | None = None
                       ) -> list[Anomaly]:
-        """Record the model's state after ``step`` (a ``state`` record): global L2 norms of
-        the weights and of the update applied, and per layer ``{weight_norm, update_norm,
-        update_ratio, grad_norm, m_norm, v_norm}``; ``activations``: sub-Cell name ->
-        ``{max_abs, rms}``. The MindSpore adapter calls it every ``state_interval`` steps.
-        Returns the anomalies found in it."""
+        """A ``state`` record of the model after ``step`` (docs/log-format.md#state): the
+        norms of the weights and of the update, per layer ``{weight_norm, update_norm,
+        update_ratio, grad_norm, m_norm, v_norm}``. Returns the anomalies found in it."""
         self._ensure_started()
-        fields: dict[str, Any] = {State.STEP: step, State.WEIGHT_NORM: weight_norm,
-                                  State.UPDATE_NORM: update_norm,
-                                  State.LAYERS: {name: dict(entry)
-                                                 for name, entry in layers.items()}}
-        if activations:
-            fields[State.ACTIVATIONS] = {name: dict(entry)
-                                         for name, entry in activations.items()}
-        self._emit(records.STATE, fields)
-        found = [anomaly for detector in self.detectors
-                 for anomaly in detector.update_state(step, layers)]
-        self._actions.act(found)
-        return found
+        return self._state.observe(step=step, weight_norm=weight_norm,
+                                   update_norm=update_norm, layers=layers,
+                                   activations=activations)
 
     def notice(self, message: str, **fields: Any) -> None:
         """Write a ``notice`` record (said on every rank's console too)."""
         self._ensure_started()
-        self._emit(records.NOTICE, {Notice.MESSAGE: message, **fields})
+        self._writer.emit(records.NOTICE, {Notice.MESSAGE: message, **fields})
 
     def end_epoch(self, evaluation: Mapping[str, float | None] | None = None) -> None:
         """Emit the pending epoch's record (mean loss, convergence against the last one);
@@ -337,7 +322,7 @@ class Monitor:
         if fields is not None:
             if evaluation:
                 fields[Epoch.EVAL] = dict(evaluation)
-            self._emit(records.EPOCH, fields)
+            self._writer.emit(records.EPOCH, fields)
 
     def evaluating(self) -> None:
         """Work that is no training step made progress (an evaluation batch between epochs):
@@ -362,16 +347,8 @@ class Monitor:
     def settle_rewind(self, *, step: int, wishes: Sequence[RewindWish] | None = None,
                       touched: bool | None = None) -> RewindEvent | None:
         """After ``observe`` (and, on several ranks, after the exchange): carry out this
-        step's rewind or take a snapshot that is due (on_anomaly "rewind"; otherwise a no-op).
-
-        Args:
-            step: the step just observed.
-            wishes: every rank's ``rewinds.wish`` of this step (None: this rank's alone).
-            touched: whether an anomaly of the training state touched this step on any
-                rank (None: this rank's ``rewinds.touched``); no snapshot is taken of it.
-
-        Returns the rewind carried out, after its ``rewind`` record is written, or None.
-        """
+        step's rewind or take a snapshot that is due (on_anomaly "rewind"; otherwise a
+        no-op); see ``RankDecisions.settle_rewind`` for the arguments."""
         return self._ranks.settle_rewind(step=step, wishes=wishes, touched=touched)
 
     # -- hardware ---------------------------------------------------------------------------
@@ -395,7 +372,7 @@ class Monitor:
         interval = self.settings.layer_norms_interval
         layers_due = obs.step // interval > (obs.step - obs.steps) // interval
         record = obs.to_record(loss_smooth=self.loss_stats.smooth, with_layers=layers_due)
-        self._emit(records.STEP, record, time=obs.time)
+        self._writer.emit(records.STEP, record, time=obs.time)
         self.responder.remember_step(record, obs.layer_grad_norms)
         found: list[Anomaly] = []
         for detector in self.detectors:
@@ -410,25 +387,14 @@ class Monitor:
         return found
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to keep its history: detector windows, loss average,
-        withheld updates and rewinds counted towards escalation."""
-        return {**self.loss_stats.state_dict(), **self.skips.state_dict(),
-                "last_step": self.last_step, "rewinds": self.rewinds.rewinds,
-                "detectors": [d.state_dict() for d in self.detectors]}
+        """What a resumed run needs to keep its history (pipeline/history.py)."""
+        return history.save(detectors=self.detectors, loss_stats=self.loss_stats,
+                            skips=self.skips, rewinds=self.rewinds, last_step=self.last_step)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore ``state_dict()``'s output; raises ValueError when it came from a monitor
         with a different set of detectors."""
-        detectors = state.get("detectors", [])
-        if len(detectors) != len(self.detectors):
-            raise ValueError(f"state holds {len(detectors)} detectors, this monitor has "
-                             f"{len(self.detectors)}; it was saved by a different version")
-        for detector, detector_state in zip(self.detectors, detectors, strict=True):
-            detector.load_state_dict(detector_state)
-        self.loss_stats.load_state_dict(state)
-        self.skips.load_state_dict(state)
-        self.rewinds.rewinds = int(state.get("rewinds", 0))
-        self._current.segment.last_step = state.get("last_step", self._current.segment.last_step)
-
-    def _emit(self, kind: str, fields: Mapping[str, Any], time: float | None = None) -> None:
-        self._writer.emit(kind, fields, time)
+        segment = self._current.segment
+        segment.last_step = history.restore(
+            state, detectors=self.detectors, loss_stats=self.loss_stats, skips=self.skips,
+            rewinds=self.rewinds, last_step=segment.last_step)

@@ -24,8 +24,8 @@ from .cb_params import (
 )
 from .cell_reader import TrainCellReader
 from .checkpoint import save_atomically
-from .consensus import RankConsensus
-from .distributed import communication_initialised, current_rank
+from .consensus import RankConsensus, consensus_for
+from .distributed import current_rank
 from .functional import ForwardCell, JitTrainStep
 from .layers import LayerGrouping
 from .limits import GraphLimits
@@ -130,9 +130,8 @@ class TrainMonitor(Callback):
                 every ``layer_norms_interval`` steps and named in every gradient anomaly
                 report.
 
-        Returns the ``MonitoredTrainStep`` Cell; its output is ``(loss, stats)``.
-
-        Raises TypeError or ValueError naming a bad argument.
+        Returns the ``MonitoredTrainStep`` Cell; its output is ``(loss, stats)``. Raises
+        TypeError or ValueError naming a bad argument.
 
         Example: ``model = Model(monitor.wrap(nn.WithLossCell(net, loss_fn), optimizer))``
         """
@@ -203,13 +202,8 @@ class TrainMonitor(Callback):
         return found
 
     def _observe_state(self, step: int) -> list[Anomaly]:
-        """The state vector of the step just run, if it was a state step."""
-        cell = self.train_step
-        if cell is None or cell.last_state is None:
-            return []
-        vector, cell.last_state = cell.last_state, None
-        return self.monitor.observe_state(**self._states.fields(step, cell.state_layout,
-                                                                 vector))
+        fields = self._states.read(step, self.train_step)
+        return [] if fields is None else self.monitor.observe_state(**fields)
 
     def _push_skip_limits(self) -> None:
         self._limits.push(self.train_step, self.monitor.skips.limits)
@@ -263,17 +257,7 @@ class TrainMonitor(Callback):
         self._data_time = None
         self._push_skip_limits()               # a loaded state_dict carries windows
         if self.monitor.world_size > 1 and self._consensus is None:
-            self._consensus = self._make_consensus()
-
-    def _make_consensus(self) -> RankConsensus | None:
-        rank = current_rank()
-        if rank.world_size == self.monitor.world_size and communication_initialised():
-            return RankConsensus(rank.rank, rank.world_size)
-        self.monitor.notice(
-            f"{self.monitor.world_size} ranks but MindSpore communication is not initialised "
-            "(mindspore.communication.init()): each rank stops on its own anomalies only, and "
-            "stragglers are not detected")
-        return None
+            self._consensus = consensus_for(self.monitor.world_size, self.monitor.notice)
 
     def on_train_epoch_begin(self, run_context) -> None:
         self._mark = self.monitor.clock.perf_counter()
@@ -283,10 +267,9 @@ class TrainMonitor(Callback):
         # the part of a step in which the other ranks wait for a straggler.
         if self._mark is not None:
             self._data_time = self.monitor.clock.perf_counter() - self._mark
-        if self.train_step is not None and self._is_wrapped(run_context.original_args()):
-            # cur_step_num is already the step about to run
-            self.train_step.state_due = self._states.due(
-                int(run_context.original_args().cur_step_num))
+        cb = run_context.original_args()
+        if self.train_step is not None and self._is_wrapped(cb):   # cur_step_num: the coming step
+            self.train_step.state_due = self._states.due(int(cb.cur_step_num))
 
     def on_train_step_end(self, run_context) -> None:
         now = self.monitor.clock.perf_counter()

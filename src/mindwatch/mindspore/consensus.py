@@ -10,6 +10,7 @@ PyNative collectives fail on the CPU.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mindspore as ms
@@ -18,6 +19,7 @@ from mindspore import nn, ops
 
 from ..ranks.peers import stop_code, stop_reason
 from ..recovery.rewinding import RewindWish
+from .distributed import communication_initialised, current_rank
 
 # Slots per rank, in this order: stop code, data time, rewind (steps back from this step to
 # the onset, plus one: small integers stay exact in float32 where a step number would not),
@@ -67,3 +69,15 @@ class RankConsensus:
         return Exchange(stop_codes=[round(v) for v in total[:n]],
                         data_times=[float(v) for v in total[n:2 * n]],
                         rewind_wishes=wishes, touched=bool(total[4 * n:].sum() > 0))
+
+
+def consensus_for(world_size: int, notice: Callable[[str], None]) -> RankConsensus | None:
+    """The consensus of this job's ``world_size`` ranks; None, said once through ``notice``,
+    when MindSpore's communication is not initialised (each rank then stops alone)."""
+    rank = current_rank()
+    if rank.world_size == world_size and communication_initialised():
+        return RankConsensus(rank.rank, rank.world_size)
+    notice(f"{world_size} ranks but MindSpore communication is not initialised "
+           "(mindspore.communication.init()): each rank stops on its own anomalies only, and "
+           "stragglers are not detected")
+    return None

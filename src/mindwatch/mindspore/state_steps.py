@@ -26,6 +26,14 @@ class StateSteps:
     def due(self, step: int) -> bool:
         return self.interval is not None and step > 0 and step % self.interval == 0
 
+    def read(self, step: int, cell: Any) -> dict[str, Any] | None:
+        """The ``state`` fields of the step ``cell`` (a ``MonitoredTrainStep``) just ran, if
+        it was a state step; its vector is taken, so it is read once."""
+        if cell is None or cell.last_state is None:
+            return None
+        vector, cell.last_state = cell.last_state, None
+        return self.fields(step, cell.state_layout, vector)
+
     def fields(self, step: int, layout: StateLayout, vector: Any) -> dict[str, Any]:
         """``Monitor.observe_state``'s arguments: L2 norms over all parameters and per layer
         (a layer's parameters' squares summed in float64), each layer's update/weight."""

@@ -42,8 +42,16 @@ class RankDecisions:
 
     def settle_rewind(self, *, step: int, wishes: Sequence[RewindWish] | None = None,
                       touched: bool | None = None) -> RewindEvent | None:
-        """Carry out this step's rewind, or take a snapshot that is due (see
-        ``Monitor.settle_rewind``); returns the rewind carried out, or None."""
+        """Carry out this step's rewind, or take a snapshot that is due.
+
+        Args:
+            step: the step just observed.
+            wishes: every rank's ``rewinds.wish`` of this step (None: this rank's alone).
+            touched: whether an anomaly of the training state touched this step on any
+                rank (None: this rank's ``rewinds.touched``); no snapshot is taken of it.
+
+        Returns the rewind carried out, after its ``rewind`` record is written, or None.
+        """
         guard = self._rewinds
         if wishes is None:
             wishes = [guard.wish] if guard.wish is not None else []

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ from ..anomaly import (
     LR_ANOMALY,
     Anomaly,
 )
+from ..detectors.base import Detector
 from ..detectors.lr_anomaly import LrAnomalyDetector
 from ..detectors.spike import SpikeDetector
 from ..observation import StepObservation
@@ -78,6 +79,16 @@ class SkipLimits:
 
 
 class SkipGuard:
+    @classmethod
+    def from_detectors(cls, policy: Policy, *, max_skips: int,
+                       detectors: Sequence[Detector]) -> SkipGuard:
+        """The guard over the monitor's own spike and LR rules (their limits go to the graph)."""
+        spikes = {d.kind: d for d in detectors if isinstance(d, SpikeDetector)}
+        return cls(policy, max_skips=max_skips, loss_spike=spikes.get(LOSS_SPIKE),
+                   grad_spike=spikes.get(GRAD_SPIKE),
+                   lr_rule=next((d for d in detectors if isinstance(d, LrAnomalyDetector)),
+                                None))
+
     def __init__(self, policy: Policy, *, max_skips: int, loss_spike: SpikeDetector | None,
                  grad_spike: SpikeDetector | None, lr_rule: LrAnomalyDetector | None = None):
         self.kinds = frozenset(k for k in SKIPPABLE_KINDS if policy.policy_for(k) == SKIP)
