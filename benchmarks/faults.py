@@ -12,6 +12,13 @@ can be compared on the same run log. Scenarios inject a fault at step FAULT_STEP
                     x1e4, the closest a token batch gets)
     slow_divergence the LR grows 15% per step from the fault on (x270 after 40 steps)
     vanishing       the loss (hence every gradient) scaled by 1e-9 from the fault on
+    layer_lr_50x    one layer group's LR x50 from the fault on (FAST_LAYER: an MLP block of
+                    the LM, the regressor's middle layer); every run trains with that group
+                    on its own schedule, so the healthy runs are the same runs without it
+
+State records every STATE_INTERVAL steps (the update_ratio rule reads them). For
+layer_lr_50x the benchmark also prints how many steps ahead of the loss's divergence (the
+first loss above 1.5x the median of the 20 steps before the fault) the first alarm came.
 
 Baselines, written as plain rules over the same step records:
     fixed:        grad_norm > 100 or grad_norm < 1e-6 (a NaN compares false: silent)
@@ -48,15 +55,19 @@ from mindwatch.runlog import read_rank_log
 FAULT_STEP = 100
 HORIZON = 80          # slow divergence needs ~40 steps to show in the loss
 SCENARIOS = ("healthy", "lr_spike", "nan_batch", "poisoned_batch", "slow_divergence",
-             "vanishing")
+             "vanishing", "layer_lr_50x")
+STATE_INTERVAL = 10
+FAST_LAYER = {"tinygpt": "blocks.1.mlp.", "mlp": "body.2."}
+LAYER_LR_FACTOR = 50.0
 
 
 class Knobs(Callback):
     """Sets the injection knobs before each step (cur_step_num is the step about to run)."""
 
-    def __init__(self, scenario, loss, schedule, data_poisoned):
+    def __init__(self, scenario, loss, schedule, data_poisoned, layer_schedule):
         self.scenario, self.loss, self.schedule = scenario, loss, schedule
         self.data_poisoned = data_poisoned      # the regressor poisons its data instead
+        self.layer_schedule = layer_schedule    # FAST_LAYER's group
 
     def on_train_step_begin(self, run_context):
         step = run_context.original_args().cur_step_num
@@ -75,6 +86,9 @@ class Knobs(Callback):
         self.loss.fault_loss_factor.set_data(ms.Tensor(factor, ms.float32))
         self.loss.fault_loss_poison.set_data(ms.Tensor(poison, ms.float32))
         self.schedule.fault_lr_factor.set_data(ms.Tensor(lr_factor, ms.float32))
+        layer = LAYER_LR_FACTOR if self.scenario == "layer_lr_50x" and step >= FAULT_STEP \
+            else lr_factor
+        self.layer_schedule.fault_lr_factor.set_data(ms.Tensor(layer, ms.float32))
 
 
 class Regressor(nn.Cell):
@@ -128,16 +142,49 @@ def tiny_gpt(seed, steps, scenario):
 ARCHITECTURES = {"tinygpt": tiny_gpt, "mlp": regressor}
 
 
+def with_layer_group(optimizer, schedule, prefix):
+    """The same optimizer, FAST_LAYER's parameters in groups of their own whose LR is a
+    second injectable copy of the schedule; the weight decay of each group kept."""
+    decays = isinstance(optimizer, nn.AdamWeightDecay)
+    layer_schedule = InjectableSchedule(schedule.schedule)
+    layer_schedule.fault_lr_factor.name = "fault_layer_lr_factor"   # names are unique
+    groups = []
+    for in_layer in (False, True):
+        for matrix in (True, False):
+            params = [p for p in optimizer.parameters
+                      if p.name.startswith(prefix) == in_layer and (p.ndim >= 2) == matrix]
+            if params:
+                groups.append({"params": params, "lr": layer_schedule if in_layer else schedule,
+                               "weight_decay": 0.01 if decays and matrix else 0.0})
+    if decays:
+        return nn.AdamWeightDecay(groups, learning_rate=schedule, beta1=0.9,
+                                  beta2=0.99), layer_schedule
+    return nn.Adam(groups, learning_rate=schedule), layer_schedule
+
+
 def run_one(arch, scenario, seed, steps, workdir, policy="warn", **settings):
     """One run; ``policy`` is on_anomaly for every kind (recovery.py compares them)."""
     loss, optimizer, schedule, data, poisons_data = ARCHITECTURES[arch](seed, steps, scenario)
+    optimizer, layer_schedule = with_layer_group(optimizer, schedule, FAST_LAYER[arch])
     run_dir = tempfile.mkdtemp(dir=workdir)
     monitor = TrainMonitor(run_dir, on_anomaly=policy, stream=io.StringIO(),
-                           hardware_interval_s=None, **settings)
+                           hardware_interval_s=None,
+                           **{"state_interval": STATE_INTERVAL, **settings})
     model = ms.train.Model(monitor.wrap(loss, optimizer))
-    model.train(1, data, callbacks=[Knobs(scenario, loss, schedule, poisons_data), monitor],
-                dataset_sink_mode=False)
+    knobs = Knobs(scenario, loss, schedule, poisons_data, layer_schedule)
+    model.train(1, data, callbacks=[knobs, monitor], dataset_sink_mode=False)
     return read_rank_log(f"{run_dir}/rank_0.jsonl")
+
+
+def divergence_step(steps):
+    """The first step from the fault on whose loss is non-finite or above 1.5x the median of
+    the 20 steps before the fault; None when the loss never diverges."""
+    before = [s["loss"] for s in steps if FAULT_STEP - 20 <= s["step"] < FAULT_STEP]
+    bound = 1.5 * statistics.median(before)
+    for s in steps:
+        if s["step"] >= FAULT_STEP and (not math.isfinite(s["loss"]) or s["loss"] > bound):
+            return s["step"]
+    return None
 
 
 def fixed_rule(steps):
@@ -181,6 +228,7 @@ def main(argv=None) -> int:
     rules = ("mindwatch", "fixed", "running-mean")
     table = defaultdict(lambda: {rule: {"latency": [], "missed": 0, "false": 0} for rule in rules})
     first_kinds = defaultdict(lambda: defaultdict(int))
+    ahead = []          # layer_lr_50x: (arch, seed, first alarm, its kind, loss divergence)
     for arch in ARCHITECTURES:
         for scenario in SCENARIOS:
             for seed in range(args.seeds):
@@ -192,6 +240,10 @@ def main(argv=None) -> int:
                 late = [a for a in anomalies if a["step"] >= FAULT_STEP]
                 if late and scenario != "healthy":
                     first_kinds[(arch, scenario)][late[0]["anomaly"]] += 1
+                if scenario == "layer_lr_50x":
+                    diverged = divergence_step(log.steps)
+                    ahead.append((arch, seed, late[0]["step"] if late else None,
+                                  late[0]["anomaly"] if late else None, diverged))
                 for rule in rules:
                     latency, false = evaluate(alarms[rule], scenario)
                     cell = table[(arch, scenario)][rule]
@@ -220,6 +272,13 @@ def main(argv=None) -> int:
             row += f"{text:>24s}"
         kinds = ", ".join(f"{k} x{n}" for k, n in first_kinds[(arch, scenario)].items())
         print(row + "   " + kinds)
+    print(f"\nlayer_lr_50x (state records every {STATE_INTERVAL} steps): the first alarm "
+          "against the loss's divergence")
+    for arch, seed, alarm, kind, diverged in ahead:
+        lead = ("-" if alarm is None or diverged is None
+                else f"{diverged - alarm} steps ahead")
+        print(f"  {arch:8s} seed {seed}: first alarm step {alarm} ({kind}), loss diverges at "
+              f"step {diverged}: {lead}")
     return 0
 
 
