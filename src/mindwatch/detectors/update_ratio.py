@@ -22,9 +22,8 @@ from typing import Any
 
 from ..anomaly import UPDATE_RATIO, Anomaly
 from ..basics.checks import check_int, check_number
+from ..records import LayerState
 from .base import Detector, Episode, is_finite
-
-RATIO = "update_ratio"
 
 
 class UpdateRatioDetector(Detector):
@@ -40,18 +39,16 @@ class UpdateRatioDetector(Detector):
     def update_state(self, step: int, layers: Mapping[str, Mapping[str, Any]]) -> list[Anomaly]:
         worst: tuple[float, str, float, float, str] | None = None   # excess, layer, ...
         for layer, fields in layers.items():
-            ratio = fields.get(RATIO)
+            ratio = fields.get(LayerState.UPDATE_RATIO)
             if not is_finite(ratio):
                 continue
             history = self._history.setdefault(layer, deque(maxlen=self.window))
-            band = (self.factor * statistics.median(history)
-                    if len(history) >= self.warmup else None)
+            median = statistics.median(history) if len(history) >= self.warmup else None
             threshold, why = self.ceiling, f"above update_ratio_ceiling {self.ceiling:g}"
-            if band is not None and band < threshold:
-                threshold = band
-                why = (f"{ratio / statistics.median(history):.3g}x its median "
-                       f"{statistics.median(history):.3g} over its last {len(history)} state "
-                       f"records (update_ratio_factor {self.factor:g})")
+            if median is not None and self.factor * median < threshold:
+                threshold = self.factor * median
+                why = (f"{ratio / median:.3g}x its median {median:.3g} over its last "
+                       f"{len(history)} state records (update_ratio_factor {self.factor:g})")
             past = ratio > threshold
             episode = self._episodes.setdefault(layer, Episode())
             if episode.starts(past) and (worst is None or ratio / threshold > worst[0]):

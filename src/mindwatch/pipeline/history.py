@@ -31,4 +31,4 @@ def restore(state: Mapping[str, Any], *, detectors: Sequence[Detector], loss_sta
     loss_stats.load_state_dict(state)
     skips.load_state_dict(state)
     rewinds.rewinds = int(state.get("rewinds", 0))
-    return int(state.get("last_step", last_step))
+    return state.get("last_step", last_step)
