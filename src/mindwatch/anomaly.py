@@ -19,12 +19,14 @@ PEER_STOP = "peer_stop"
 HANG = "hang"
 # Inside the model, at state steps (state_interval): a layer's update/weight ratio.
 UPDATE_RATIO = "update_ratio"
+# ... and an attention cell's largest logit (wrap's attention_logits).
+ATTENTION_LOGIT = "attention_logit"
 
 # Stable strings (docs/log-format.md), in the order a report lists them.
 ANOMALY_KINDS = (
     LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, LOSS_SPIKE,
     GRAD_SPIKE, LOSS_RISING, LR_ANOMALY, OVERHEAT, MEMORY_PRESSURE, STRAGGLER, PEER_STOP, HANG,
-    UPDATE_RATIO,
+    UPDATE_RATIO, ATTENTION_LOGIT,
 )
 
 # Reasons to stop that are not anomalies: no anomaly record, the end record says why.

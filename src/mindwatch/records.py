@@ -218,7 +218,7 @@ class State(Fields):
     WEIGHT_NORM = required("weight_norm", nonfinite=True)
     UPDATE_NORM = required("update_norm", nonfinite=True)    # of the update applied
     LAYERS = required("layers", nonfinite=True)              # layer -> LayerState fields
-    ACTIVATIONS = optional("activations", nonfinite=True)    # cell -> {max_abs, rms}
+    ACTIVATIONS = optional("activations", nonfinite=True)    # cell -> Activation fields
 
 
 class LayerState(Fields):
@@ -229,6 +229,14 @@ class LayerState(Fields):
     GRAD_NORM = required(Step.GRAD_NORM, nonfinite=True)     # pre-clip
     M_NORM = optional("m_norm", nonfinite=True)
     V_NORM = optional("v_norm", nonfinite=True)
+
+
+class Activation(Fields):
+    """One sub-Cell of ``State.ACTIVATIONS``: its output's statistics (``wrap``'s
+    ``activations``) and/or its largest attention logit (``attention_logits``)."""
+    MAX_ABS = optional("max_abs", nonfinite=True)            # max |x| over the output
+    RMS = optional("rms", nonfinite=True)                    # sqrt(mean(x^2))
+    MAX_LOGIT = optional("max_logit", nonfinite=True)        # before the softmax
 
 
 class StoppedBy(Fields):
@@ -264,7 +272,7 @@ SCHEMAS: dict[str, type[Fields]] = {cls.KIND: cls for cls in _RECORDS}
 REQUIRED_FIELDS: dict[str, tuple] = {kind: cls.REQUIRED for kind, cls in SCHEMAS.items()}
 COMMON_FIELDS = Common.REQUIRED
 # Only these are decoded back to floats, at any depth of a record.
-_EVERY: tuple[type[Fields], ...] = (Common, *_RECORDS, Device, LayerState)
+_EVERY: tuple[type[Fields], ...] = (Common, *_RECORDS, Device, LayerState, Activation)
 FLOAT_FIELDS = frozenset[str]().union(*(cls.NONFINITE for cls in _EVERY))
 
 

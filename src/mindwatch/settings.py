@@ -142,6 +142,9 @@ class MonitorSettings:
     update_ratio_ceiling: float = setting(
         0.3, "`update_ratio` when a layer's update/weight ratio is above this, whatever its "
         "history.", "ratio")
+    max_attention_logit: float = setting(
+        100.0, "`attention_logit` when an attention cell named in `wrap(attention_logits=...)` "
+        "has a logit (before the softmax) above this at a state step.", "logit")
     # what to do
     on_anomaly: str | Mapping[str, str] | None = setting(
         None, "What to do about an anomaly: one policy for every kind, or a dict kind -> "
@@ -265,6 +268,7 @@ class MonitorSettings:
                   optional=True)
         check_number("update_ratio_factor", self.update_ratio_factor, low=1.0, low_open=True)
         check_number("update_ratio_ceiling", self.update_ratio_ceiling, low=0.0, low_open=True)
+        check_number("max_attention_logit", self.max_attention_logit, low=0.0, low_open=True)
         check_int("straggler_window", self.straggler_window, minimum=2, maximum=MAX_COUNT)
         check_number("straggler_factor", self.straggler_factor, low=1.0, low_open=True)
         self.policies = resolve_policies(self.on_anomaly)

@@ -1,4 +1,5 @@
 """Detectors: one small class per rule family (see base.Detector)."""
+from .attention_logit import AttentionLogitDetector
 from .base import Detector
 from .grad_bounds import GradBoundsDetector
 from .hardware import MemoryPressureDetector, OverheatDetector
@@ -9,6 +10,7 @@ from .spike import SpikeDetector, grad_spike, loss_spike
 from .update_ratio import UpdateRatioDetector
 
 __all__ = [
+    "AttentionLogitDetector",
     "Detector",
     "GradBoundsDetector",
     "LossRisingDetector",
@@ -43,4 +45,5 @@ def build_detectors(settings) -> list:
                                host_available_fraction=settings.memory_pressure_host),
         UpdateRatioDetector(factor=settings.update_ratio_factor,
                             ceiling=settings.update_ratio_ceiling),
+        AttentionLogitDetector(limit=settings.max_attention_logit),
     ]

@@ -50,9 +50,11 @@ class Detector:
     def update_hardware(self, sample: HardwareSample) -> list[Anomaly]:
         return []
 
-    def update_state(self, step: int, layers: Mapping[str, Mapping[str, Any]]) -> list[Anomaly]:
-        """A state record's per-layer fields (``records.LayerState``), every
-        ``state_interval`` steps."""
+    def update_state(self, step: int, layers: Mapping[str, Mapping[str, Any]],
+                     activations: Mapping[str, Mapping[str, Any]] | None = None
+                     ) -> list[Anomaly]:
+        """A state record's per-layer fields (``records.LayerState``) and watched sub-Cells
+        (``records.Activation``), every ``state_interval`` steps."""
         return []
 
     def state_dict(self) -> dict[str, Any]:

@@ -36,7 +36,9 @@ class UpdateRatioDetector(Detector):
         self._history: dict[str, deque[float]] = {}
         self._episodes: dict[str, Episode] = {}
 
-    def update_state(self, step: int, layers: Mapping[str, Mapping[str, Any]]) -> list[Anomaly]:
+    def update_state(self, step: int, layers: Mapping[str, Mapping[str, Any]],
+                     activations: Mapping[str, Mapping[str, Any]] | None = None
+                     ) -> list[Anomaly]:
         worst: tuple[float, str, float, float, str] | None = None   # excess, layer, ...
         for layer, fields in layers.items():
             ratio = fields.get(LayerState.UPDATE_RATIO)

@@ -1,7 +1,7 @@
 """``TrainMonitor``: the MindSpore callback users add to ``Model.train``."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import mindspore as ms
@@ -33,6 +33,7 @@ from .lr import LrReader
 from .memory import mindspore_memory_reader
 from .mindinsight import open_mindinsight_sink
 from .outputs import StepOutputs, read_outputs
+from .protection import build_step, report_notes, unprotected
 from .saved_states import ModelCheckpointWatch
 from .snapshots import TrainStateSnapshots
 from .state_steps import StateSteps
@@ -74,7 +75,7 @@ class TrainMonitor(Callback):
         self._saved = ModelCheckpointWatch()
         framework = FrameworkHooks(
             versions={Versions.MINDSPORE: ms.__version__}, save_checkpoint=self._save_checkpoint,
-            resume_hint=self._reader.resume_hint, notes=self._report_notes,
+            resume_hint=self._reader.resume_hint, notes=lambda: report_notes(self.train_step),
             memory_reader=mindspore_memory_reader(),
             snapshots=TrainStateSnapshots(self._train_cell),
             sinks={"mindinsight": open_mindinsight_sink}, unprotected=self._unprotected,
@@ -108,7 +109,9 @@ class TrainMonitor(Callback):
 
     def wrap(self, net_with_loss: nn.Cell, optimizer: nn.Optimizer, *,
              clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
-             sens: float = 1.0, per_layer_norms: bool = False) -> MonitoredTrainStep:
+             sens: float = 1.0, per_layer_norms: bool = False,
+             activations: Sequence[str] | None = None,
+             attention_logits: Sequence[str] | None = None) -> MonitoredTrainStep:
         """A train-step Cell that also returns the pre-clip global gradient norm.
 
         Use it in place of ``nn.TrainOneStepCell``: ``Model(monitor.wrap(net, opt))``. Works
@@ -129,6 +132,10 @@ class TrainMonitor(Callback):
                 is a parameter name without its last part: ``blocks.0.attn.qkv``), logged
                 every ``layer_norms_interval`` steps and named in every gradient anomaly
                 report.
+            activations: fnmatch patterns over sub-Cell names (``blocks.*.mlp``): on state
+                steps, each one's output max |x| and RMS.
+            attention_logits: patterns naming ``nn.MultiheadAttention``s or Cells that output
+                attention logits: on state steps, each one's largest (docs/api.md).
 
         Returns the ``MonitoredTrainStep`` Cell; its output is ``(loss, stats)``. Raises
         TypeError or ValueError naming a bad argument.
@@ -140,12 +147,15 @@ class TrainMonitor(Callback):
                             f"{type(net_with_loss).__name__}")
         return self._build_step(net_with_loss, optimizer, clip_grad_norm=clip_grad_norm,
                                 skip_anomalous_updates=skip_anomalous_updates, sens=sens,
-                                per_layer_norms=per_layer_norms)
+                                per_layer_norms=per_layer_norms, probed=net_with_loss,
+                                activations=activations, attention_logits=attention_logits)
 
     def jit_step(self, forward_fn: Callable[..., Any], optimizer: nn.Optimizer, *,
                  has_aux: bool = False, clip_grad_norm: float | None = None,
                  skip_anomalous_updates: bool = True, sens: float = 1.0,
-                 per_layer_norms: bool = False) -> JitTrainStep:
+                 per_layer_norms: bool = False, network: nn.Cell | None = None,
+                 activations: Sequence[str] | None = None,
+                 attention_logits: Sequence[str] | None = None) -> JitTrainStep:
         """The functional style's train step (``value_and_grad`` + ``@ms.jit``), built with
         wrap's protection: the pre-clip global norm measured in the graph and the update
         withheld there on an anomalous step.
@@ -155,8 +165,10 @@ class TrainMonitor(Callback):
                 ``has_aux=True`` (the tutorials' ``forward_fn`` calling the model and the
                 loss function).
             optimizer: the ``nn.Optimizer`` over the parameters to train.
-            has_aux, clip_grad_norm, skip_anomalous_updates, sens, per_layer_norms: as for
-                ``value_and_grad`` and ``wrap``.
+            has_aux, clip_grad_norm, skip_anomalous_updates, sens, per_layer_norms,
+                activations, attention_logits: as for ``value_and_grad`` and ``wrap``.
+            network: the model ``forward_fn`` calls, whose sub-Cells ``activations`` and
+                ``attention_logits`` name (the forward function hides it).
 
         Returns a ``JitTrainStep``: ``outputs = step(*batch)`` trains one step and returns
         its numbers; then ``monitor.observe(step=n, outputs=outputs)`` (docs/pipelines.md).
@@ -167,16 +179,14 @@ class TrainMonitor(Callback):
         cell = self._build_step(ForwardCell(forward_fn), optimizer,
                                 clip_grad_norm=clip_grad_norm,
                                 skip_anomalous_updates=skip_anomalous_updates, sens=sens,
-                                per_layer_norms=per_layer_norms, has_aux=has_aux)
+                                per_layer_norms=per_layer_norms, has_aux=has_aux,
+                                probed=network, activations=activations,
+                                attention_logits=attention_logits)
         return JitTrainStep(cell, state_due=lambda: self._states.due(self.monitor.last_step + 1))
 
-    def _build_step(self, network: nn.Cell, optimizer: nn.Optimizer, *,
-                    clip_grad_norm: float | None, skip_anomalous_updates: bool, sens: float,
-                    per_layer_norms: bool, has_aux: bool = False) -> MonitoredTrainStep:
-        self.train_step = MonitoredTrainStep.checked(
-            network, optimizer, grad_explode=self.settings.grad_explode,
-            clip_grad_norm=clip_grad_norm, skip_anomalous_updates=skip_anomalous_updates,
-            sens=sens, per_layer_norms=per_layer_norms, has_aux=has_aux)
+    def _build_step(self, network: nn.Cell, optimizer: nn.Optimizer,
+                    **options: Any) -> MonitoredTrainStep:
+        self.train_step = build_step(self.settings, network, optimizer, **options)
         self._limits.forget()                    # a new graph holds no limits yet
         self._push_skip_limits()
         self._layers = LayerGrouping([p.name for p in optimizer.parameters])
@@ -373,19 +383,9 @@ class TrainMonitor(Callback):
         return self.train_step is not None and (network is None or network is self.train_step)
 
     def _unprotected(self) -> str | None:
-        """Why this set-up cannot withhold an anomalous update, with what to change."""
         cb = self._cb_params
-        if self.train_step is None or (cb is not None and not self._is_wrapped(cb)):
-            return self._reader.unprotected(field(cb, "train_network"))
-        if not self.train_step.skip_anomalous:
-            return ("monitor.wrap(..., skip_anomalous_updates=False) applies every update: "
-                    "leave skip_anomalous_updates=True, the default")
-        return None
-
-    def _report_notes(self) -> list[str]:
-        if self.train_step is not None and not self.train_step.skip_anomalous:
-            return ["wrap(skip_anomalous_updates=False): anomalous updates were applied"]
-        return []
+        return unprotected(self.train_step, cb is None or self._is_wrapped(cb), self._reader,
+                           field(cb, "train_network"))
 
     def _train_cell(self) -> nn.Cell | None:
         cell = self.train_step

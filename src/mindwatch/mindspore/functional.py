@@ -68,4 +68,6 @@ class JitTrainStep:
                 return variant(*batch)
 
             self._compiled_state = compiled_state
-        return read_outputs(cell.keep_state(self._compiled_state(*inputs)), wrapped_by=cell)
+        with cell.recording():
+            outputs = self._compiled_state(*inputs)
+        return read_outputs(cell.keep_state(outputs), wrapped_by=cell)

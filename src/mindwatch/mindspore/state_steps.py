@@ -32,7 +32,10 @@ class StateSteps:
         if cell is None or cell.last_state is None:
             return None
         vector, cell.last_state = cell.last_state, None
-        return self.fields(step, cell.state_layout, vector)
+        fields = self.fields(step, cell.state_layout, vector)
+        if cell.probes:
+            fields[State.ACTIVATIONS] = cell.probes.read()
+        return fields
 
     def fields(self, step: int, layout: StateLayout, vector: Any) -> dict[str, Any]:
         """``Monitor.observe_state``'s arguments: L2 norms over all parameters and per layer

@@ -7,6 +7,7 @@ every rank agrees on and the number people mean by "grad norm".
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -18,6 +19,7 @@ from mindspore.nn.wrap.grad_reducer import DistributedGradReducer
 from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
 from ..settings import check_bool, check_number
+from .activation_probe import ActivationProbes
 from .lr import group_indices
 from .state_probe import layout_of, moments_of, state_vector, weights_before
 
@@ -118,13 +120,15 @@ class MonitoredTrainStep(nn.Cell):
     State steps (``state_due`` set before a call): that call runs a second graph of the same
     step, compiled on its first use, which also measures the weights, the update and the
     optimizer's moments (state_probe.py); ``last_state`` then holds its vector, and the
-    outputs are the ordinary ones. The ordinary graph has no trace of it.
+    outputs are the ordinary ones. The ordinary graph has no trace of it. ``probes``: the
+    sub-Cells whose outputs the state graph measures too (activation_probe.py).
     """
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
                  clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
                  sens: float = 1.0, per_layer_norms: bool = False, has_aux: bool = False,
-                 with_state: bool = False, limits: ms.Parameter | None = None):
+                 with_state: bool = False, limits: ms.Parameter | None = None,
+                 probes: ActivationProbes | None = None):
         super().__init__(auto_prefix=False)
         self._options: dict[str, Any] = {
             "grad_explode": grad_explode, "clip_grad_norm": clip_grad_norm,
@@ -187,13 +191,15 @@ class MonitoredTrainStep(nn.Cell):
         self.state_layout = layout_of(self.weights, self.first_moments, self.second_moments)
         self.state_due = False
         self.last_state = None
+        object.__setattr__(self, "probes", probes)
         # Built on first use, and kept out of the Cell tree: it is another top-level graph
         object.__setattr__(self, "_state_variant", None)
 
     @classmethod
     def checked(cls, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
                 clip_grad_norm: float | None, skip_anomalous_updates: bool, sens: float,
-                per_layer_norms: bool, has_aux: bool = False) -> MonitoredTrainStep:
+                per_layer_norms: bool, has_aux: bool = False,
+                probes: ActivationProbes | None = None) -> MonitoredTrainStep:
         """The step, after the user's options are checked (TypeError or ValueError naming
         the bad one)."""
         if not isinstance(optimizer, nn.Optimizer):
@@ -206,7 +212,7 @@ class MonitoredTrainStep(nn.Cell):
         check_bool("has_aux", has_aux)
         return cls(network, optimizer, grad_explode=grad_explode, clip_grad_norm=clip_grad_norm,
                    skip_anomalous_updates=skip_anomalous_updates, sens=sens,
-                   per_layer_norms=per_layer_norms, has_aux=has_aux)
+                   per_layer_norms=per_layer_norms, has_aux=has_aux, probes=probes)
 
     def _global_square_sum(self, grads):
         """The squared global norm (float32 scalar), summed as OWN_SUM_MIN_ELEMENTS says."""
@@ -254,7 +260,12 @@ class MonitoredTrainStep(nn.Cell):
         if not self.state_due:
             return super().__call__(*inputs)
         self.state_due = False                  # one state step per request
-        return self.keep_state(self.state_variant()(*inputs))
+        with self.recording():
+            return self.keep_state(self.state_variant()(*inputs))
+
+    def recording(self) -> contextlib.AbstractContextManager:
+        """Around the state graph's calls: the probed sub-Cells measure their outputs."""
+        return self.probes.recording() if self.probes else contextlib.nullcontext()
 
     def state_variant(self) -> MonitoredTrainStep:
         """The state graph's Cell: this step over the same Parameters (the limits too),

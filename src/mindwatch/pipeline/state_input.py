@@ -33,6 +33,6 @@ class StateInput:
                                          for name, entry in activations.items()}
         self._writer.emit(records.STATE, fields)
         found = [anomaly for detector in self._detectors
-                 for anomaly in detector.update_state(step, layers)]
+                 for anomaly in detector.update_state(step, layers, activations)]
         self._act(found)
         return found

@@ -12,13 +12,23 @@ from typing import Any, NamedTuple
 
 from .. import records
 from ..basics.numbers import to_number
-from ..records import Common, Device, Epoch, Hardware, LayerState, State, Step, device_label
+from ..records import (
+    Activation,
+    Common,
+    Device,
+    Epoch,
+    Hardware,
+    LayerState,
+    State,
+    Step,
+    device_label,
+)
 
 TRAIN, TIME, EPOCH, HARDWARE, ANOMALIES = "train", "time", "epoch", "hardware", "anomalies"
 # State records: state/weight_norm, state/update_norm, and one chart group per quantity with
 # a line per layer (state_update_ratio/blocks.0.attn), so TensorBoard shows each quantity's
-# layers side by side.
-STATE = "state"
+# layers side by side; watched sub-Cells likewise (activation_max_logit/blocks.0.attn.scores).
+STATE, ACTIVATION = "state", "activation"
 
 
 def _named(group: str, *fields: str) -> tuple[tuple[str, str], ...]:
@@ -34,6 +44,7 @@ HARDWARE_SCALARS = _named(HARDWARE, Hardware.CPU_PERCENT, Hardware.MEM_USED_GB,
                           Hardware.MEM_AVAILABLE_GB, Hardware.RSS_GB)
 STATE_SCALARS = _named(STATE, State.WEIGHT_NORM, State.UPDATE_NORM)
 LAYER_FIELDS = LayerState.REQUIRED + LayerState.OPTIONAL
+ACTIVATION_FIELDS = Activation.REQUIRED + Activation.OPTIONAL
 # Per device, under hardware/<device label>/ (e.g. hardware/npu0/temp_c).
 DEVICE_FIELDS = (Device.UTIL_PERCENT, Device.MEM_USED_MB, Device.TEMP_C, Device.POWER_W)
 
@@ -87,6 +98,10 @@ class ScalarView:
                 if isinstance(fields, Mapping):
                     scalars += _fields(fields, tuple((field, f"{STATE}_{field}/{layer}")
                                                      for field in LAYER_FIELDS))
+            for cell, fields in (record.get(State.ACTIVATIONS) or {}).items():
+                if isinstance(fields, Mapping):
+                    scalars += _fields(fields, tuple((field, f"{ACTIVATION}_{field}/{cell}")
+                                                     for field in ACTIVATION_FIELDS))
         elif kind == records.ANOMALY:
             name = str(record.get(records.Anomaly.ANOMALY))
             self._anomaly_counts[name] += 1
