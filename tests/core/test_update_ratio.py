@@ -68,3 +68,12 @@ def test_the_monitor_acts_on_it_with_the_warn_policy(tmp_path, clock):
     monitor.close()
     [record] = read_rank_log(str(tmp_path / "rank_0.jsonl")).anomalies
     assert record["anomaly"] == "update_ratio" and record["value"] == 0.2
+
+
+def test_a_layer_that_never_moved_has_no_band_only_the_ceiling():
+    detector = _detector()
+    for step in range(1, 5):
+        assert detector.update_state(step, _layers(frozen=0.0)) == []
+    assert detector.update_state(5, _layers(frozen=1e-3)) == []
+    [found] = detector.update_state(6, _layers(frozen=0.5))
+    assert found.threshold == 0.3

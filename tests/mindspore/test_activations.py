@@ -115,6 +115,7 @@ class Recorder(Callback):
 
     def __init__(self, net, probes):
         self.net, self.probes, self.steps, self.written = net, probes, {}, {}
+        self.norms = {}
 
     def on_train_step_begin(self, run_context):
         self.before = _copies(self.net.get_parameters())
@@ -123,8 +124,15 @@ class Recorder(Callback):
         cb = run_context.original_args()
         step = int(cb.cur_step_num)
         self.steps[step] = (self.before, cb.train_dataset_element[0].asnumpy())
+        after = _copies(self.net.get_parameters())
+        self.norms[step] = (_norm(after.values()),
+                            _norm(after[name] - self.before[name] for name in after))
         self.written[step] = sorted(name for name, cell in self.probes().items()
                                     if cell.mindwatch_stats.asnumpy()[0] == 1.0)
+
+
+def _norm(arrays):
+    return math.sqrt(sum(float((a.astype(np.float64) ** 2).sum()) for a in arrays))
 
 
 def check(states, seen):
@@ -153,7 +161,12 @@ def test_model_train_measures_the_watched_outputs_and_the_largest_logit(tmp_path
     recorder = Recorder(net, _probes(step))
     Model(step).train(1, dataset(STEPS * BATCH), callbacks=[recorder, monitor],
                       dataset_sink_mode=False)
-    check(read_rank_log(str(tmp_path / "rank_0.jsonl")).of_kind("state"), recorder.steps)
+    states = read_rank_log(str(tmp_path / "rank_0.jsonl")).of_kind("state")
+    check(states, recorder.steps)
+    # the probes' writes in the forward leave the weights' and the update's norms exact
+    for state in states:
+        assert (state["weight_norm"], state["update_norm"]) == pytest.approx(
+            recorder.norms[state["step"]], rel=REL)
     # the same object, Parameters and names; the probes' own Parameters are off the tree
     assert isinstance(net.enc.self_attn, nn.MultiheadAttention)
     assert [p.name for p in net.get_parameters()] == names

@@ -47,7 +47,8 @@ class UpdateRatioDetector(Detector):
             history = self._history.setdefault(layer, deque(maxlen=self.window))
             median = statistics.median(history) if len(history) >= self.warmup else None
             threshold, why = self.ceiling, f"above update_ratio_ceiling {self.ceiling:g}"
-            if median is not None and self.factor * median < threshold:
+            # a layer that has not moved (median 0: frozen, or withheld updates) has no band
+            if median is not None and 0 < self.factor * median < threshold:
                 threshold = self.factor * median
                 why = (f"{ratio / median:.3g}x its median {median:.3g} over its last "
                        f"{len(history)} state records (update_ratio_factor {self.factor:g})")

@@ -84,6 +84,19 @@ def _update_square_sum_tensors(after, before):
     return ops.reduce_sum(_row_square_sums(_as_float32(after) - _as_float32(before)))
 
 
+_after = ops.MultitypeFuncGraph("mindwatch_after")
+
+
+@_after.register("Tensor", "Tensor")
+def _after_tensor(marker, tensor):
+    return ops.depend(tensor, marker)
+
+
+@_after.register("Tensor", "Tuple")
+def _after_tuple(marker, tensors):
+    return tuple(ops.depend(tensor, marker) for tensor in tensors)
+
+
 @_scale.register("Tensor", "Tensor")
 def _scale_tensor(factor, grad):
     return grad * factor.astype(grad.dtype)
@@ -340,9 +353,15 @@ class MonitoredTrainStep(nn.Cell):
         if self.has_aux:
             result = result + (outputs[1:],)  # noqa: RUF005
         if self.with_state:
-            state = state_vector(_square_sum, _update_square_sum, self.hyper_map,
-                                 self.weights, before, param_sq_norms, self.first_moments,
-                                 self.second_moments)
+            # Read after the optimizer's branch, explicitly: with other side effects in the
+            # graph (the activation probes' writes) MindSpore 2.10 otherwise loads some
+            # weights before the update was written (measured: update norms 4x too small).
+            weights, first, second = self.hyper_map(ops.partial(_after, loss), (
+                self.weights, self.first_moments or (), self.second_moments or ()))
+            state = state_vector(_square_sum, _update_square_sum, self.hyper_map, weights,
+                                 before, param_sq_norms,
+                                 first if self.first_moments is not None else None,
+                                 second if self.second_moments is not None else None)
             result = result + (state,)  # noqa: RUF005
         return result
 

@@ -21,6 +21,19 @@ from . import data
 __all__ = ["LMWithLoss", "TinyGPT", "WarmupCosineLR", "build_demo"]
 
 
+class AttentionScores(nn.Cell):
+    """The attention logits ``q k^T / sqrt(head_dim)``, before the mask and the softmax: a
+    sub-Cell of their own (no Parameters), so that ``wrap(attention_logits=["*.scores"])``
+    can watch the largest of them."""
+
+    def __init__(self, head_dim: int):
+        super().__init__()
+        self.scale = 1.0 / math.sqrt(head_dim)
+
+    def construct(self, q, k):
+        return ops.matmul(q, k.swapaxes(-1, -2)) * self.scale
+
+
 class CausalSelfAttention(nn.Cell):
     def __init__(self, *, d_model: int, n_heads: int, seq_len: int, dropout: float):
         super().__init__()
@@ -28,7 +41,7 @@ class CausalSelfAttention(nn.Cell):
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
-        self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.scores = AttentionScores(self.head_dim)
         # One fused projection: fewer kernels per step matters more than clarity on CPU.
         self.qkv = nn.Dense(d_model, 3 * d_model)
         self.proj = nn.Dense(d_model, d_model)
@@ -44,7 +57,7 @@ class CausalSelfAttention(nn.Cell):
         qkv = self.qkv(x).reshape(b, t, 3, self.n_heads, self.head_dim)
         qkv = qkv.transpose(2, 0, 3, 1, 4)  # [3, B, H, T, hd]
         q, k, v = qkv[0], qkv[1], qkv[2]
-        scores = ops.matmul(q, k.swapaxes(-1, -2)) * self.scale
+        scores = self.scores(q, k)
         # Static slice: T is known at compile time, so shorter inputs still compile.
         scores = scores + self.causal_mask[:t, :t]
         attn = self.drop(ops.softmax(scores, axis=-1))
