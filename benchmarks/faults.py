@@ -15,10 +15,14 @@ can be compared on the same run log. Scenarios inject a fault at step FAULT_STEP
     layer_lr_50x    one layer group's LR x50 from the fault on (FAST_LAYER: an MLP block of
                     the LM, the regressor's middle layer); every run trains with that group
                     on its own schedule, so the healthy runs are the same runs without it
+    query_scale     the LM only: the first block's query weights (QUERY_LAYER) x1.1 before
+                    every step from the fault on, so its attention logits grow ~10% per step
 
-State records every STATE_INTERVAL steps (the update_ratio rule reads them). For
-layer_lr_50x the benchmark also prints how many steps ahead of the loss's divergence (the
-first loss above 1.5x the median of the 20 steps before the fault) the first alarm came.
+State records every STATE_INTERVAL steps (the update_ratio rule reads them; the LM's runs
+watch every block's attention logits, for the attention_logit rule). For layer_lr_50x and
+query_scale the benchmark also prints how many steps ahead of the loss's divergence (the
+first loss above 1.5x the median of the 20 steps before the fault) the first alarm came, and
+of the first alarm of a rule that reads only step records (loss, gradient norm, LR).
 
 Baselines, written as plain rules over the same step records:
     fixed:        grad_norm > 100 or grad_norm < 1e-6 (a NaN compares false: silent)
@@ -55,19 +59,24 @@ from mindwatch.runlog import read_rank_log
 FAULT_STEP = 100
 HORIZON = 80          # slow divergence needs ~40 steps to show in the loss
 SCENARIOS = ("healthy", "lr_spike", "nan_batch", "poisoned_batch", "slow_divergence",
-             "vanishing", "layer_lr_50x")
+             "vanishing", "layer_lr_50x", "query_scale")
+AHEAD = ("layer_lr_50x", "query_scale")     # scenarios whose lead on the loss is printed
+INSIDE = ("update_ratio", "attention_logit")  # the rules that read state records
 STATE_INTERVAL = 10
 FAST_LAYER = {"tinygpt": "blocks.1.mlp.", "mlp": "body.2."}
 LAYER_LR_FACTOR = 50.0
+QUERY_LAYER, QUERY_GROWTH = "blocks.0.attn.qkv.", 1.1
+ATTENTION_LOGITS = {"tinygpt": ["blocks.*.attn.scores"], "mlp": None}
 
 
 class Knobs(Callback):
     """Sets the injection knobs before each step (cur_step_num is the step about to run)."""
 
-    def __init__(self, scenario, loss, schedule, data_poisoned, layer_schedule):
+    def __init__(self, scenario, loss, schedule, data_poisoned, layer_schedule, optimizer):
         self.scenario, self.loss, self.schedule = scenario, loss, schedule
         self.data_poisoned = data_poisoned      # the regressor poisons its data instead
         self.layer_schedule = layer_schedule    # FAST_LAYER's group
+        self.query = [p for p in optimizer.parameters if p.name.startswith(QUERY_LAYER)]
 
     def on_train_step_begin(self, run_context):
         step = run_context.original_args().cur_step_num
@@ -89,6 +98,11 @@ class Knobs(Callback):
         layer = LAYER_LR_FACTOR if self.scenario == "layer_lr_50x" and step >= FAULT_STEP \
             else lr_factor
         self.layer_schedule.fault_lr_factor.set_data(ms.Tensor(layer, ms.float32))
+        if self.scenario == "query_scale" and step >= FAULT_STEP:
+            for parameter in self.query:        # the fused q|k|v rows: the first third is q
+                value = parameter.asnumpy().copy()
+                value[:value.shape[0] // 3] *= QUERY_GROWTH
+                ms.ops.assign(parameter, ms.Tensor(value))
 
 
 class Regressor(nn.Cell):
@@ -162,6 +176,11 @@ def with_layer_group(optimizer, schedule, prefix):
     return nn.Adam(groups, learning_rate=schedule), layer_schedule
 
 
+def scenarios(arch):
+    """The scenarios that apply to ``arch``: the regressor has no attention to scale."""
+    return [s for s in SCENARIOS if s != "query_scale" or ATTENTION_LOGITS[arch] is not None]
+
+
 def run_one(arch, scenario, seed, steps, workdir, policy="warn", **settings):
     """One run; ``policy`` is on_anomaly for every kind (recovery.py compares them)."""
     loss, optimizer, schedule, data, poisons_data = ARCHITECTURES[arch](seed, steps, scenario)
@@ -170,8 +189,9 @@ def run_one(arch, scenario, seed, steps, workdir, policy="warn", **settings):
     monitor = TrainMonitor(run_dir, on_anomaly=policy, stream=io.StringIO(),
                            hardware_interval_s=None,
                            **{"state_interval": STATE_INTERVAL, **settings})
-    model = ms.train.Model(monitor.wrap(loss, optimizer))
-    knobs = Knobs(scenario, loss, schedule, poisons_data, layer_schedule)
+    model = ms.train.Model(monitor.wrap(loss, optimizer,
+                                        attention_logits=ATTENTION_LOGITS[arch]))
+    knobs = Knobs(scenario, loss, schedule, poisons_data, layer_schedule, optimizer)
     model.train(1, data, callbacks=[knobs, monitor], dataset_sink_mode=False)
     return read_rank_log(f"{run_dir}/rank_0.jsonl")
 
@@ -228,9 +248,9 @@ def main(argv=None) -> int:
     rules = ("mindwatch", "fixed", "running-mean")
     table = defaultdict(lambda: {rule: {"latency": [], "missed": 0, "false": 0} for rule in rules})
     first_kinds = defaultdict(lambda: defaultdict(int))
-    ahead = []          # layer_lr_50x: (arch, seed, first alarm, its kind, loss divergence)
+    ahead = []  # AHEAD: (arch, scenario, seed, first alarm, its kind, divergence, step rules')
     for arch in ARCHITECTURES:
-        for scenario in SCENARIOS:
+        for scenario in scenarios(arch):
             for seed in range(args.seeds):
                 log = run_one(arch, scenario, seed, args.steps, workdir)
                 anomalies = log.anomalies
@@ -240,10 +260,12 @@ def main(argv=None) -> int:
                 late = [a for a in anomalies if a["step"] >= FAULT_STEP]
                 if late and scenario != "healthy":
                     first_kinds[(arch, scenario)][late[0]["anomaly"]] += 1
-                if scenario == "layer_lr_50x":
+                if scenario in AHEAD:
                     diverged = divergence_step(log.steps)
-                    ahead.append((arch, seed, late[0]["step"] if late else None,
-                                  late[0]["anomaly"] if late else None, diverged))
+                    outside = [a["step"] for a in late if a["anomaly"] not in INSIDE]
+                    ahead.append((arch, scenario, seed, late[0]["step"] if late else None,
+                                  late[0]["anomaly"] if late else None, diverged,
+                                  outside[0] if outside else None))
                 for rule in rules:
                     latency, false = evaluate(alarms[rule], scenario)
                     cell = table[(arch, scenario)][rule]
@@ -272,13 +294,14 @@ def main(argv=None) -> int:
             row += f"{text:>24s}"
         kinds = ", ".join(f"{k} x{n}" for k, n in first_kinds[(arch, scenario)].items())
         print(row + "   " + kinds)
-    print(f"\nlayer_lr_50x (state records every {STATE_INTERVAL} steps): the first alarm "
-          "against the loss's divergence")
-    for arch, seed, alarm, kind, diverged in ahead:
+    print(f"\n{', '.join(AHEAD)} (state records every {STATE_INTERVAL} steps): the first "
+          "alarm against the loss's divergence")
+    for arch, scenario, seed, alarm, kind, diverged, outside in ahead:
         lead = ("-" if alarm is None or diverged is None
                 else f"{diverged - alarm} steps ahead")
-        print(f"  {arch:8s} seed {seed}: first alarm step {alarm} ({kind}), loss diverges at "
-              f"step {diverged}: {lead}")
+        print(f"  {arch:8s} {scenario:13s} seed {seed}: first alarm step {alarm} ({kind}), "
+              f"loss diverges at step {diverged}: {lead}; first step-record rule's alarm: "
+              f"step {outside}")
     return 0
 
 

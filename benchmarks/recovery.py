@@ -29,7 +29,7 @@ import tempfile
 
 import mindspore as ms
 
-from faults import ARCHITECTURES, FAULT_STEP, SCENARIOS, run_one
+from faults import ARCHITECTURES, FAULT_STEP, run_one, scenarios
 
 POLICIES = ("warn", "skip", "rewind", "checkpoint_and_stop")
 SNAPSHOT_EVERY = 25
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     for arch in args.arch:
         clean = [final_loss(run_one(arch, "healthy", seed, args.steps, workdir).steps)
                  for seed in range(args.seeds)]
-        for scenario in SCENARIOS:
+        for scenario in scenarios(arch):
             row = f"{arch:8s} {scenario:16s}"
             for policy in POLICIES:
                 results = []

@@ -54,6 +54,8 @@ class Anomaly:
     # The first step the fault touched, when it began before ``step`` (loss_rising: where
     # the rise began); on_anomaly "rewind" goes back to a snapshot taken before it.
     onset: int | None = None
+    # The layer (update_ratio) or sub-Cell (attention_logit) the anomaly is about.
+    layer: str | None = None
 
     @property
     def first_step(self) -> int | None:

@@ -183,6 +183,8 @@ class Anomaly(Fields):
     REPORT = required("report")
     # hang only: the innermost frames of the stuck training thread, innermost first
     WHERE = optional("where")
+    # update_ratio: the layer; attention_logit: the attention sub-Cell
+    LAYER = optional("layer")
 
 
 class Notice(Fields):

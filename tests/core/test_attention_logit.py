@@ -53,5 +53,6 @@ def test_the_monitor_warns_and_trains_on(tmp_path, clock):
     [record] = log.anomalies
     assert (record["anomaly"], record["value"], record["threshold"]) == (
         "attention_logit", 64.0, 50.0)
+    assert record["layer"] == "blocks.0.attn.scores"
     [state] = log.of_kind("state")
     assert state["activations"] == {"blocks.0.attn.scores": {"max_logit": 64.0}}

@@ -68,6 +68,7 @@ def test_the_monitor_acts_on_it_with_the_warn_policy(tmp_path, clock):
     monitor.close()
     [record] = read_rank_log(str(tmp_path / "rank_0.jsonl")).anomalies
     assert record["anomaly"] == "update_ratio" and record["value"] == 0.2
+    assert record["layer"] == "a"
 
 
 def test_a_layer_that_never_moved_has_no_band_only_the_ceiling():

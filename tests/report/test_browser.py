@@ -189,3 +189,70 @@ def test_runs_compared_in_one_page(browser, two_runs, tmp_path):
     markers = _tags(grad, "g")
     assert {m.get("data-run") for m in markers if m.get("class") == "anomaly-marker"} == {
         "lr-high", "lr-low"}                  # lr-high's NaN loss at step 60 is marked too
+
+
+@pytest.fixture
+def state_report(tmp_path, clock):
+    """A run whose 40 layers' update ratios jump once (an update_ratio anomaly on
+    blocks.7.mlp), with a NaN gradient in one state record and watched attention logits."""
+    directory = tmp_path / "state-run"
+    monitor = Monitor(str(directory), clock=clock, stream=io.StringIO(),
+                      hardware_interval_s=None)
+    layers = [f"blocks.{n}.{part}" for n in range(20) for part in ("attn", "mlp")]
+    for step in range(1, 2001):
+        clock.advance(0.01)
+        monitor.observe(step=step, epoch=1, loss=2.0, lr=1e-3, grad_norm=1.0)
+        if step % 2:
+            continue
+        ratio = {name: 1e-3 * (1 + i % 5) for i, name in enumerate(layers)}
+        if step == 1200:
+            ratio["blocks.7.mlp"] = 0.5
+        grads = {name: math.nan if step == 800 and name == "blocks.3.attn" else 0.1
+                 for name in layers}
+        monitor.observe_state(
+            step=step, weight_norm=10.0, update_norm=1e-2,
+            layers={name: {"weight_norm": 1.0, "update_norm": ratio[name],
+                           "update_ratio": ratio[name], "grad_norm": grads[name]}
+                    for name in layers},
+            activations={f"blocks.{n}.attn.scores": {"max_logit": 120.0 if step >= 1900
+                                                     and n == 4 else 10.0 + n}
+                         for n in range(20)})
+    monitor.close()
+    run = read_run(str(directory))
+    path = directory / "report.html"
+    path.write_text(render_html(run), encoding="utf-8")
+    return run, path
+
+
+def test_state_heatmaps_render_with_the_anomalies_marked(browser, state_report, tmp_path):
+    run, path = state_report
+    assert sorted(a["anomaly"] for a in run.anomalies) == ["attention_logit", "update_ratio"]
+    result = _chromium(browser, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
+                       "--window-size=1400,1000", "--dump-dom", path.as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    assert [line for line in result.stderr.splitlines() if ":CONSOLE" in line] == []
+    errors = re.search(r'<div id="errors" class="errors">(.*?)</div>', dom, re.S)
+    assert errors and errors.group(1) == "", errors.group(1) if errors else dom[:2000]
+    assert re.search(r'data-heatmaps="(\d+)"', dom).group(1) == "5"
+    canvases = {section: dict(re.findall(r'(data-[\w-]+)="([^"]*)"', attrs))
+                for section, attrs in re.findall(
+                    r'<section class="panel heatmap" id="heat-(\w+)".*?<canvas([^>]*)>', dom,
+                    re.S)}
+    assert sorted(canvases) == ["grad_norm", "max_logit", "update_norm", "update_ratio",
+                                "weight_norm"]
+    for name, attrs in canvases.items():       # 1000 state records into 600 columns
+        rows = "20" if name == "max_logit" else "40"
+        assert (attrs["data-rows"], attrs["data-columns"]) == (rows, "600"), name
+    assert canvases["update_ratio"]["data-marks"] == "1"
+    assert canvases["max_logit"]["data-marks"] == "1"
+    assert canvases["grad_norm"]["data-marks"] == "0"
+    shot = tmp_path / "heat.png"
+    result = _chromium(browser, tmp_path / "profile", f"--screenshot={shot}",
+                       "--window-size=1400,6000", "--hide-scrollbars", path.as_uri())
+    assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
+    with Image.open(shot) as image:
+        present = {c for _, c in image.convert("RGB").getcolors(maxcolors=1 << 22)}
+    # viridis' ends, the NaN cell's red and the anomaly marks' magenta are on the page
+    for expected in [(68, 1, 84), (253, 231, 37), (0xd6, 0x27, 0x28), (0xff, 0x00, 0xff)]:
+        assert expected in present, expected

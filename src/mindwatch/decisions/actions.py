@@ -53,6 +53,7 @@ class Actions:
             AnomalyRecord.VALUE: anomaly.value, AnomalyRecord.THRESHOLD: anomaly.threshold,
             AnomalyRecord.MESSAGE: anomaly.message, AnomalyRecord.ACTIONS: anomaly.actions,
             AnomalyRecord.CHECKPOINT: anomaly.checkpoint, AnomalyRecord.REPORT: anomaly.report,
+            **({} if anomaly.layer is None else {AnomalyRecord.LAYER: anomaly.layer}),
             **fields})
 
     def notice(self, message: str, **fields: Any) -> None:

@@ -44,7 +44,8 @@ class AttentionLogitDetector(Detector):
         logit, cell = worst
         return [Anomaly(ATTENTION_LOGIT, step, logit, self.limit,
                         f"attention {cell}: largest logit {logit:.4g} at step {step} is above "
-                        f"max_attention_logit {self.limit:g} (its softmax is near one-hot)")]
+                        f"max_attention_logit {self.limit:g} (its softmax is near one-hot)",
+                        layer=cell)]
 
     def state_dict(self) -> dict[str, Any]:
         return {"episodes": [cell for cell, e in self._episodes.items() if e.active]}

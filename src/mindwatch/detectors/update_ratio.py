@@ -63,7 +63,7 @@ class UpdateRatioDetector(Detector):
         _, layer, ratio, threshold, why = worst
         return [Anomaly(UPDATE_RATIO, step, ratio, threshold,
                         f"layer {layer}: update/weight ratio {ratio:.3g} at step {step} is "
-                        f"{why}")]
+                        f"{why}", layer=layer)]
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": {layer: list(values) for layer, values in self._history.items()},

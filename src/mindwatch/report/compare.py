@@ -129,7 +129,7 @@ def render_compare(runs: list[RunLog], labels: list[str], *, max_points: int = 2
         f'<script type="application/json" id="mw-data">{page._json_block(data)}</script>',
         "<script>window.onerror=function(m,s,l,c,e){var d=document.getElementById('errors');"
         "d.textContent+=(e&&e.stack?e.stack:m+' at line '+l)+'\\n';};</script>",
-        f"<script>{page._plot_js()}</script>", "</body></html>",
+        f"<script>{page._script('plot.js')}</script>", "</body></html>",
     ]
     return "\n".join(parts)
 

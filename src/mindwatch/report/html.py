@@ -25,6 +25,7 @@ from ..basics import format as fmt
 from ..basics.run_dir import write_text_atomically
 from ..records import Anomaly, Common, End, Run, Step
 from ..runlog import RunLog
+from .heatmaps import build_heatmaps
 from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, run_settings, scan_logs
 from .recovery import recovery_section
 from .summary import hang_text, skipped_note
@@ -138,8 +139,8 @@ def _hung_note(runs: Iterable[tuple[str, Iterable[Mapping[str, Any]]]]) -> str:
            f"<ul>{items}</ul></div>"
 
 
-def _plot_js() -> str:
-    return resources.files("mindwatch.report").joinpath("plot.js").read_text(encoding="utf-8")
+def _script(name: str) -> str:
+    return resources.files("mindwatch.report").joinpath(name).read_text(encoding="utf-8")
 
 
 def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = None) -> str:
@@ -148,9 +149,10 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
     with gc_paused():
         scans = scan_logs(run)
         panels = build_panels(run, max_points, scans)
+        anomalies = [a for scanned in scans for a in scanned.scan.anomalies]
+        heatmaps = build_heatmaps(scans, anomalies)
     pairs = settings_pairs(run_settings(scans))
-    anomalies = [a for scanned in scans for a in scanned.scan.anomalies]
-    data = {"panels": panels,
+    data = {"panels": panels, "heatmaps": heatmaps,
             "anomalies": [{Anomaly.STEP: a.get(Anomaly.STEP), Common.RANK: a.get(Common.RANK),
                            "kind": a.get(Anomaly.ANOMALY),
                            Anomaly.MESSAGE: a.get(Anomaly.MESSAGE)}
@@ -168,7 +170,9 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
         _skipped_note([("", run)]), _hung_note([("", anomalies)]),
         '<div id="errors" class="errors"></div>',
         "<noscript>The charts need JavaScript; the tables below do not.</noscript>",
-        '<div id="panels"></div>', "<h2>Ranks</h2>",
+        '<div id="panels"></div>',
+        '<h2>Inside the model</h2><div id="heatmaps"></div>' if heatmaps else "",
+        "<h2>Ranks</h2>",
         _table(["rank", "host", "pid", "last step", "end", "elapsed", "anomalies", "torn tail",
                 "skipped lines"],
                _rank_rows(scans)),
@@ -184,7 +188,8 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
         # Installed before plot.js runs so even a syntax error there is shown on the page.
         "<script>window.onerror=function(m,s,l,c,e){var d=document.getElementById('errors');"
         "d.textContent+=(e&&e.stack?e.stack:m+' at line '+l)+'\\n';};</script>",
-        f"<script>{_plot_js()}</script>", "</body></html>",
+        f"<script>{_script('plot.js')}</script>",
+        f"<script>{_script('heatmap.js')}</script>" if heatmaps else "", "</body></html>",
     ]
     return "\n".join(parts)
 
@@ -202,6 +207,7 @@ h1{font-size:20px;margin:8px 0 2px;word-break:break-all}h2{font-size:16px;margin
 .panel h3{font-size:14px;margin:0 0 4px}.legend{font-size:12px;color:#444}
 .legend span{margin-right:12px;white-space:nowrap}
 .legend i{display:inline-block;width:14px;height:3px;margin-right:4px;vertical-align:middle}
+.legend .scale{display:inline-block;width:160px;height:10px;vertical-align:middle}
 .panel svg{display:block;width:100%;height:auto}.nodata{color:#8a949c;font-style:italic}
 table{border-collapse:collapse;background:#fff;font-size:13px;width:100%}
 th,td{border:1px solid #dde1e5;padding:3px 8px;text-align:left;vertical-align:top}

@@ -2,8 +2,8 @@
 few records the views show whole.
 
 ``RankScan`` holds the step fields of ``fast.STEP_FIELDS`` as columns (``columns.py``), the
-hardware samples as short columns placed on the step axis, every ``anomaly`` and ``rewind``
-record, the latest ``run`` record, the ``end`` record of the latest segment, and the count of
+hardware samples as short columns placed on the step axis, the ``state`` records as columns
+(``states.py``), every ``anomaly`` and ``rewind`` record, the latest ``run`` record, the ``end`` record of the latest segment, and the count of
 withheld updates. ``summary`` and ``report`` read nothing else, so a long run costs them its
 columns (~60 bytes a step), not a dict per record (~1.5 KB a step).
 """
@@ -21,6 +21,7 @@ from .batch import Batch
 from .columns import FLOAT, INT, Column, Columns, field_values, revived
 from .fast import DEVICE_FIELDS, HOST_FIELDS, STEP_FIELDS
 from .lines import Record
+from .states import StateColumns
 from .steps import StepIndex
 
 X = "x"             # a hardware series' step positions, beside its field columns
@@ -45,6 +46,7 @@ class RankScan:
     # None when there is none. Here, not in summary.py, so that each worker sorts its own.
     step_time_median: float | None = None
     medians: dict[str, float | None] = field(default_factory=dict)     # of MEDIAN_FIELDS
+    states: StateColumns = field(default_factory=StateColumns)          # `state` records
 
     @property
     def step_count(self) -> int:
@@ -77,6 +79,8 @@ class Scanner:
                 scan.run, scan.end = record, None      # a new segment: no end yet
             elif kind == records.END:
                 scan.end = record
+            elif kind == records.STATE:
+                scan.states.add(record)
 
     def add_records(self, found: list[Record]) -> None:
         batch = Batch()
