@@ -76,8 +76,9 @@ def test_an_anomaly_is_marked_on_its_layers_cell_and_others_on_the_step():
 
 def test_a_hundred_layers_over_a_million_steps_is_small():
     steps = range(100, 1_000_001, 100)                          # the default state_interval
-    layers = {f"blocks.{n}.mlp": (lambda n: lambda i: 1e-3 * (1 + (i * n) % 7))(n)
-              for n in range(100)}
+    def ratio(n):
+        return lambda i: 1e-3 * (1 + (i * n) % 7)
+    layers = {f"blocks.{n}.mlp": ratio(n) for n in range(100)}
     found = heatmap(_states(steps, layers), "update_ratio", "ratio", 0, [])
     assert len(found["rows"]) == 100 and found["columns"] == MAX_COLUMNS
     assert len(found["cells"]) == 4 * math.ceil(100 * MAX_COLUMNS / 3)     # 80 KB of base64

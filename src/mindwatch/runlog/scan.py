@@ -3,9 +3,10 @@ few records the views show whole.
 
 ``RankScan`` holds the step fields of ``fast.STEP_FIELDS`` as columns (``columns.py``), the
 hardware samples as short columns placed on the step axis, the ``state`` records as columns
-(``states.py``), every ``anomaly`` and ``rewind`` record, the latest ``run`` record, the ``end`` record of the latest segment, and the count of
-withheld updates. ``summary`` and ``report`` read nothing else, so a long run costs them its
-columns (~60 bytes a step), not a dict per record (~1.5 KB a step).
+(``states.py``), every ``anomaly`` and ``rewind`` record, the latest ``run`` record, the
+``end`` record of the latest segment, and the count of withheld updates. ``summary`` and
+``report`` read nothing else, so a long run costs them its columns (~60 bytes a step), not a
+dict per record (~1.5 KB a step).
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..basics.numbers import to_number
@@ -18,10 +19,10 @@ from ..records import State
 ABSENT = -math.inf
 
 
+@dataclass
 class StateColumns:
-    def __init__(self) -> None:
-        self.steps: array = array("q")
-        self.series: dict[str, dict[str, array]] = {}     # quantity -> name -> values
+    steps: array = field(default_factory=lambda: array("q"))
+    series: dict[str, dict[str, array]] = field(default_factory=dict)  # quantity -> name ->
 
     def __len__(self) -> int:
         return len(self.steps)
