@@ -350,6 +350,19 @@ def test_inside_the_model_shows_each_ranks_layer_with_the_largest_update_ratio()
     assert rows[0].split()[:3] == ["0", "200", "12.5"] and "blocks.0.attn 0.25" in rows[0]
     assert rows[1].split()[:2] == ["1", "100"] and "blocks.1.mlp nan" in rows[1]   # NaN first
     assert "inside the model" not in _text(render(_only_steps()))
+    assert "attention logit" not in text
+
+
+def test_inside_the_model_names_the_largest_attention_logit_when_watched():
+    state = WatchState("runs/x")
+    state.exists = True
+    record = _state(100, 0, **{"blocks.0.attn": 1e-3})
+    record["activations"] = {"blocks.0.attn.scores": {"max_logit": 12.0},
+                             "blocks.1.attn.scores": {"max_logit": 140.0},
+                             "blocks.1.mlp": {"max_abs": 900.0, "rms": 3.0}}
+    state.update([dict(RUN), _step(100), record])
+    rows = [line for line in _text(render(state)).splitlines() if "blocks." in line]
+    assert rows[0].split()[-2:] == ["blocks.1.attn.scores", "140"]
 
 
 def _only_steps():

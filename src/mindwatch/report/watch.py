@@ -33,6 +33,7 @@ from .. import records
 from ..anomaly import HANG
 from ..basics import format as fmt
 from ..records import (
+    Activation,
     Anomaly,
     Common,
     Device,
@@ -104,17 +105,19 @@ def _status(state: RankState) -> Text:
     return Text("running", style="cyan")
 
 
-def largest_update_ratio(state: Mapping[str, Any]) -> tuple[str, float] | None:
-    """The layer whose update/weight ratio is the largest in a state record (NaN first: a
-    layer gone non-finite is the one to look at)."""
+def largest(state: Mapping[str, Any], group: str, name: str) -> tuple[str, float] | None:
+    """The layer (``group`` State.LAYERS) or watched sub-Cell (State.ACTIVATIONS) whose field
+    ``name`` is the largest in a state record (NaN first: gone non-finite, it is the one to
+    look at)."""
     found = None
-    for layer, fields in (state.get(State.LAYERS) or {}).items():
-        ratio = fields.get(LayerState.UPDATE_RATIO) if isinstance(fields, Mapping) else None
-        if not isinstance(ratio, (int, float)):
+    entries = state.get(group)
+    for layer, fields in (entries if isinstance(entries, Mapping) else {}).items():
+        value = fields.get(name) if isinstance(fields, Mapping) else None
+        if not isinstance(value, (int, float)):
             continue
-        key = (math.isnan(ratio), -math.inf if math.isnan(ratio) else ratio)
+        key = (math.isnan(value), -math.inf if math.isnan(value) else value)
         if found is None or key > found[0]:
-            found = (key, layer, float(ratio))
+            found = (key, layer, float(value))
     return None if found is None else (found[1], found[2])
 
 
@@ -125,15 +128,20 @@ def _inside_the_model(ranks: Mapping[int, Any]) -> Table | None:
         return None
     table = Table(title="inside the model (latest state record)", box=box.SIMPLE_HEAD,
                   header_style="bold", title_justify="left", pad_edge=False)
-    for name in ("rank", "step", "weight norm", "update norm", "largest update/weight"):
+    logits = [largest(state, State.ACTIVATIONS, Activation.MAX_LOGIT) for _, state in rows]
+    names = ["rank", "step", "weight norm", "update norm", "largest update/weight"]
+    for name in names + (["largest attention logit"] if any(logits) else []):
         table.add_column(name, no_wrap=True, justify="left" if name.startswith("largest")
                          else "right")
-    for rank, state in rows:
-        top = largest_update_ratio(state)
+
+    def named(top):
+        return fmt.MISSING if top is None else f"{top[0]} {fmt.number(top[1])}"
+    for (rank, state), logit in zip(rows, logits, strict=True):
         table.add_row(str(rank), str(state.get(State.STEP)),
                       fmt.number(state.get(State.WEIGHT_NORM)),
                       fmt.number(state.get(State.UPDATE_NORM)),
-                      fmt.MISSING if top is None else f"{top[0]} {fmt.number(top[1])}")
+                      named(largest(state, State.LAYERS, LayerState.UPDATE_RATIO)),
+                      *([named(logit)] if any(logits) else []))
     return table
 
 
