@@ -34,7 +34,8 @@ def full_run(tmp_path_factory):
         tensorboard={"tensorboard_dir": str(tmp_path / "tb")})
     yaml_config = yaml.safe_load(config.read_text())
     yaml_config["runner_wrapper"]["local_norm"] = True
-    yaml_config["callbacks"][-2].update(layer_norms_interval=5, tensorboard=True)
+    yaml_config["callbacks"][-2].update(layer_norms_interval=5, tensorboard=True,
+                                        state_interval=10)
     config.write_text(yaml.safe_dump(yaml_config))
     applied = run_launcher(tmp_path, config)
     return tmp_path, applied, read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
@@ -67,6 +68,34 @@ def test_local_norms_are_per_layer_norms_beside_mindformers_own_monitors(full_ru
         total = np.sqrt(sum(v ** 2 for v in layers.values()))
         assert total == pytest.approx(step["grad_norm"], rel=1e-4)   # they compose
     assert list((tmp_path / "output" / "checkpoint").rglob("*.ckpt"))
+
+
+@_ONE_RUN
+def test_state_records_hold_the_weights_and_moments_of_mindformers_checkpoints(full_run):
+    """At steps 10 and 20 CheckpointMonitor saved the weights and AdamW's moments: the state
+    records' per-layer norms are theirs; the gradients are the local norms of that step."""
+    import mindspore as ms
+    tmp_path, _, log = full_run
+    states = {s["step"]: s for s in log.of_kind("state")}
+    assert sorted(states) == [10, 20]
+    steps = {s["step"]: s for s in log.steps}
+    for step, state in states.items():
+        [path] = (tmp_path / "output" / "checkpoint").rglob(f"*-1_{step}.ckpt")   # epoch 1
+        saved = {name: p.asnumpy().astype(np.float64) for name, p in
+                 ms.load_checkpoint(str(path)).items()}
+        layers = state["layers"]
+        assert "model.layers.0.attention.wq" in layers and state["update_norm"] is None
+        for layer, fields in layers.items():
+            for field, prefix in (("weight_norm", ""), ("m_norm", "adam_m."),
+                                  ("v_norm", "adam_v.")):
+                squares = sum(float((value ** 2).sum()) for name, value in saved.items()
+                              if name.startswith(prefix + layer + ".")
+                              and name.count(".") == layer.count(".") + 1 + prefix.count("."))
+                assert fields[field] == pytest.approx(np.sqrt(squares), rel=1e-5), (
+                    step, layer, field)
+            assert fields["grad_norm"] == pytest.approx(
+                steps[step]["layer_grad_norms"][layer], rel=1e-6)
+            assert fields["update_norm"] is None and fields["update_ratio"] is None
 
 
 @_ONE_RUN

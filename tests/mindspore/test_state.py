@@ -229,3 +229,30 @@ def test_one_layer_groups_lr_raised_50x_is_an_update_ratio_anomaly_naming_it(tmp
     assert found["step"] == 12 and found["message"].startswith("layer out:")   # step 11 on
     ratios = {s["step"]: s["layers"]["out"]["update_ratio"] for s in log.of_kind("state")}
     assert found["value"] == ratios[12] > 10 * ratios[10]
+
+
+@pytest.mark.parametrize("kind", ["adam", "sgd"])
+def test_a_train_cell_of_its_own_gets_weight_and_moment_norms_measured_from_outside(
+        tmp_path, kind):
+    """nn.TrainOneStepCell, not wrap: the weights and the moments after the step, exactly;
+    the update and the gradients are not known there, and are null."""
+    net = nn.WithLossCell(make_regressor(), nn.MSELoss())
+    optimizer = _optimizer(kind, net.trainable_params())
+    monitor = TrainMonitor(str(tmp_path), state_interval=INTERVAL, hardware_interval_s=None)
+    recorder = Recorder(optimizer, *MOMENTS[kind])
+    Model(nn.TrainOneStepCell(net, optimizer)).train(
+        1, regression_dataset(n=STEPS * BATCH), callbacks=[recorder, monitor],
+        dataset_sink_mode=False)
+    states = read_rank_log(str(tmp_path / "rank_0.jsonl")).of_kind("state")
+    assert [s["step"] for s in states] == [2, 4, 6]
+    for state in states:
+        seen = recorder.steps[state["step"]]
+        expected = {"weight_norm": _norms(seen["after"])}
+        expected.update({f"{key}_norm": _norms(seen[key]) for key in ("m", "v") if key in seen})
+        assert state["update_norm"] is None
+        for layer, fields in state["layers"].items():
+            assert fields["update_norm"] is fields["update_ratio"] is fields["grad_norm"] is None
+            assert sorted(fields) == sorted([*expected, "update_norm", "update_ratio",
+                                             "grad_norm"])
+            for quantity, norms in expected.items():
+                assert fields[quantity] == pytest.approx(norms[layer], rel=REL), (layer, quantity)

@@ -15,6 +15,7 @@ from ..records import Run, Step, Versions
 from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
 from .cb_params import (
+    SINK_MODE_DROPPED,
     batch_size_of,
     evaluation_of,
     field,
@@ -211,8 +212,9 @@ class TrainMonitor(Callback):
         self._push_skip_limits()
         return found
 
-    def _observe_state(self, step: int) -> list[Anomaly]:
-        fields = self._states.read(step, self.train_step)
+    def _observe_state(self, step: int, unwrapped: StepOutputs | None = None) -> list[Anomaly]:
+        fields = self._states.read(step, self.train_step) if unwrapped is None else \
+            self._states.read_unwrapped(step, optimizer_of(self._cb_params), unwrapped)
         return [] if fields is None else self.monitor.observe_state(**fields)
 
     def _push_skip_limits(self) -> None:
@@ -259,9 +261,7 @@ class TrainMonitor(Callback):
             Run.DEVICE_TARGET: ms.get_context("device_target"),
             Run.DATASET_SINK_MODE: bool(getattr(cb, "dataset_sink_mode", False))})
         if dropped:
-            self.monitor.notice(
-                "dataset_sink_mode=True was asked for, but MindSpore trains on the CPU "
-                "without sink mode: every step runs on its own, with a callback after each")
+            self.monitor.notice(SINK_MODE_DROPPED)
         self.monitor.rewinds.begin(self._last_step_num)
         self._mark = self.monitor.clock.perf_counter()
         self._data_time = None
@@ -312,7 +312,7 @@ class TrainMonitor(Callback):
                 step=step, epoch=getattr(cb, "cur_epoch_num", None), steps=covered,
                 step_time_s=step_time,
                 batch_size=self.settings.batch_size or batch_size_of(cb))
-            self._observe_state(step)
+            self._observe_state(step, None if self._is_wrapped(cb) else out)
         except SinkError as exc:
             # on_sink_error="raise": stop cleanly after this step (the other ranks still
             # need this step's exchange), and raise once training has ended.

@@ -11,6 +11,10 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
+# The notice of a run that asked for sink mode on the CPU.
+SINK_MODE_DROPPED = ("dataset_sink_mode=True was asked for, but MindSpore trains on the CPU "
+                     "without sink mode: every step runs on its own, with a callback after each")
+
 
 def field(cb: Any, name: str, default: Any = None) -> Any:
     """``cb.<name>``, or ``default`` when it is not set: MindSpore's callback parameters raise

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..records import LayerState, State
+from .host_state import host_state
 from .layers import LayerGrouping
 from .state_probe import FIRST_MOMENT, GRAD, SECOND_MOMENT, UPDATE, WEIGHT, StateLayout
 
@@ -37,6 +38,14 @@ class StateSteps:
             fields[State.ACTIVATIONS] = cell.probes.read()
         return fields
 
+    def read_unwrapped(self, step: int, optimizer: Any, outputs: Any) -> dict[str, Any] | None:
+        """The ``state`` fields at a state step of a train cell not built by ``wrap``
+        (``outputs``: its ``StepOutputs``), measured from outside it (host_state.py); None
+        on other steps or without an optimizer."""
+        if not self.due(step) or optimizer is None:
+            return None
+        return self.fields(step, *host_state(optimizer, outputs.param_sq_norms))
+
     def fields(self, step: int, layout: StateLayout, vector: Any) -> dict[str, Any]:
         """``Monitor.observe_state``'s arguments: L2 norms over all parameters and per layer
         (a layer's parameters' squares summed in float64), each layer's update/weight."""
@@ -47,14 +56,18 @@ class StateSteps:
         per_quantity = {quantity: grouping.norms(block) for quantity, block in squares.items()}
         layers: dict[str, dict[str, float]] = {}
         for layer in grouping.layers:
-            entry = {_LAYER_FIELDS[quantity]: norms[layer]
-                     for quantity, norms in per_quantity.items()}
-            entry[LayerState.UPDATE_RATIO] = ratio(entry[LayerState.UPDATE_NORM],
-                                                   entry[LayerState.WEIGHT_NORM])
+            # a quantity the vector lacks is null (host_state.py: no update, maybe no grads)
+            entry = {LayerState.UPDATE_NORM: None, LayerState.GRAD_NORM: None}
+            entry.update({_LAYER_FIELDS[quantity]: norms[layer]
+                          for quantity, norms in per_quantity.items()})
+            update = entry[LayerState.UPDATE_NORM]
+            entry[LayerState.UPDATE_RATIO] = None if update is None else ratio(
+                update, entry[LayerState.WEIGHT_NORM])
             layers[layer] = entry
         return {"step": step,
                 State.WEIGHT_NORM: math.sqrt(float(squares[WEIGHT].sum())),
-                State.UPDATE_NORM: math.sqrt(float(squares[UPDATE].sum())),
+                State.UPDATE_NORM: math.sqrt(float(squares[UPDATE].sum()))
+                if UPDATE in squares else None,
                 State.LAYERS: layers}
 
     def _layers(self, names: tuple[str, ...]) -> LayerGrouping:
