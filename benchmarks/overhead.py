@@ -107,12 +107,17 @@ CONFIGS = [
     # default interval of 100 a chunk of 40 steps would never run it).
     ("TrainMonitor+wrap, state off", mindwatch(settings=dict(state_interval=None))),
     ("TrainMonitor+wrap, state every step", mindwatch(settings=dict(state_interval=1))),
+    # ... and with every block's outputs and attention logits watched (the demo's set)
+    ("TrainMonitor+wrap, state+activations every step", mindwatch(
+        settings=dict(state_interval=1), activations=["blocks.*.attn", "blocks.*.mlp"],
+        attention_logits=["blocks.*.attn.scores"])),
     # Every view and measurement on: per-layer norms, TensorBoard, MindInsight, Prometheus.
     ("everything on", mindwatch(hardware_interval_s=2.0, per_layer_norms=True, settings=dict(
         tensorboard=True, mindinsight=True, prometheus_port=0))),
 ]
 SAMPLER_BASE = "TrainMonitor+wrap"    # the sampler configurations are also compared to this
 STATE_OFF, STATE_EVERY_STEP = "TrainMonitor+wrap, state off", "TrainMonitor+wrap, state every step"
+STATE_ROWS = (STATE_EVERY_STEP, "TrainMonitor+wrap, state+activations every step")
 DEFAULT_STATE_INTERVAL = 100
 # The skipping step is also compared to the bare step with the same in-graph `if`: what is
 # left is mindwatch's own cost (norm, outputs, callback), apart from MindSpore's control flow.
@@ -192,12 +197,13 @@ def main(argv=None) -> int:
               f"{args.steps_per_chunk} steps")
         print("ms/step: median over chunks of each chunk's median step-to-step time; ratio: median")
         print("over chunks of (this chunk / the bare chunk of the same round), so drift cancels")
-        print(f"{'configuration':<42}{'ms/step':>9}{'ratio':>8}{'vs no sampler':>15}"
+        print(f"{'configuration':<50}{'ms/step':>9}{'ratio':>8}{'vs no sampler':>15}"
               f"{'vs if-step':>12}{'vs state off':>14}")
+        state_ratios = {}
         for name, *_ in configs:
             ratios = [mine / bare for mine, bare
                       in zip(per_chunk[name], per_chunk[base_name], strict=True)]
-            line = (f"{name:<42}{statistics.median(per_chunk[name]) * 1000:>9.2f}"
+            line = (f"{name:<50}{statistics.median(per_chunk[name]) * 1000:>9.2f}"
                     f"{statistics.median(ratios):>8.3f}")
             if "hardware" in name and SAMPLER_BASE in per_chunk:
                 own = [mine / base for mine, base
@@ -207,16 +213,17 @@ def main(argv=None) -> int:
                 own = [mine / base for mine, base
                        in zip(per_chunk[name], per_chunk[IF_BASE], strict=True)]
                 line += f"{'':>15}{statistics.median(own):>12.3f}"
-            if name == STATE_EVERY_STEP and STATE_OFF in per_chunk:
-                state_ratio = statistics.median(
+            if name in STATE_ROWS and STATE_OFF in per_chunk:
+                state_ratios[name] = statistics.median(
                     mine / base for mine, base
                     in zip(per_chunk[name], per_chunk[STATE_OFF], strict=True))
-                line += f"{'':>27}{state_ratio:>14.3f}"
+                line += f"{'':>27}{state_ratios[name]:>14.3f}"
             print(line)
-        if STATE_EVERY_STEP in per_chunk and STATE_OFF in per_chunk:
-            print(f"state records at the default state_interval ({DEFAULT_STATE_INTERVAL}): "
-                  f"{(state_ratio - 1) / DEFAULT_STATE_INTERVAL:.2%} of a step on average "
-                  f"(one state step costs {state_ratio - 1:.2f} extra steps)")
+        for name, ratio in state_ratios.items():
+            print(f"{name.split(', ')[1].replace(' every step', '')} at the default "
+                  f"state_interval ({DEFAULT_STATE_INTERVAL}): "
+                  f"{(ratio - 1) / DEFAULT_STATE_INTERVAL:.2%} of a step on average "
+                  f"(one state step costs {ratio - 1:.2f} extra steps)")
         print("\ncost of one sample() per probe (on the sampler thread, never on the step):")
         for name, seconds in probe_costs().items():
             print(f"  {name:<46}{seconds * 1e3:>8.3f} ms")
