@@ -241,3 +241,26 @@ def test_bad_requests_say_what_to_change(tmp_path):
     off = TrainMonitor(str(tmp_path / "b"), hardware_interval_s=None, state_interval=None)
     with pytest.raises(ValueError, match="state_interval=None turns them off"):
         off.wrap(nn.WithLossCell(net, nn.MSELoss()), optimizer, activations=["inp"])
+
+
+def test_grown_query_weights_are_an_attention_logit_anomaly_naming_the_cell(tmp_path, mode):
+    """The queries' projection scaled x40 before training: the first state step reports the
+    logit, above max_attention_logit, as a warning; training goes on."""
+    net = make_net()
+    weight = net.enc.self_attn.in_proj_weight
+    scaled = weight.asnumpy().copy()
+    scaled[:D] *= 40.0
+    ops.assign(weight, ms.Tensor(scaled))
+    optimizer = nn.Adam(net.trainable_params(), 1e-3)
+    monitor = TrainMonitor(str(tmp_path), state_interval=INTERVAL, hardware_interval_s=None,
+                           max_attention_logit=50.0)
+    Model(monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), optimizer,
+                       attention_logits=["enc.self_attn"])).train(
+        1, dataset(STEPS * BATCH), callbacks=[monitor], dataset_sink_mode=False)
+    log = read_rank_log(str(tmp_path / "rank_0.jsonl"))
+    [found] = log.anomalies
+    first = log.of_kind("state")[0]
+    assert (found["anomaly"], found["step"], found["layer"], found["actions"]) == (
+        "attention_logit", 2, "enc.self_attn", ["warn"])
+    assert found["value"] == first["activations"]["enc.self_attn"]["max_logit"] > 50.0
+    assert log.end["reason"] == "completed" and len(log.steps) == STEPS

@@ -87,14 +87,10 @@ def _update_square_sum_tensors(after, before):
 _after = ops.MultitypeFuncGraph("mindwatch_after")
 
 
+# HyperMap descends into nested tuples: this is applied to each weight and moment
 @_after.register("Tensor", "Tensor")
 def _after_tensor(marker, tensor):
     return ops.depend(tensor, marker)
-
-
-@_after.register("Tensor", "Tuple")
-def _after_tuple(marker, tensors):
-    return tuple(ops.depend(tensor, marker) for tensor in tensors)
 
 
 @_scale.register("Tensor", "Tensor")
