@@ -21,12 +21,14 @@ HANG = "hang"
 UPDATE_RATIO = "update_ratio"
 # ... and an attention cell's largest logit (wrap's attention_logits).
 ATTENTION_LOGIT = "attention_logit"
+# A withheld step computed again came out healthy (decisions/replays.py).
+TRANSIENT_FAULT = "transient_fault"
 
 # Stable strings (docs/log-format.md), in the order a report lists them.
 ANOMALY_KINDS = (
     LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, LOSS_SPIKE,
     GRAD_SPIKE, LOSS_RISING, LR_ANOMALY, OVERHEAT, MEMORY_PRESSURE, STRAGGLER, PEER_STOP, HANG,
-    UPDATE_RATIO, ATTENTION_LOGIT,
+    UPDATE_RATIO, ATTENTION_LOGIT, TRANSIENT_FAULT,
 )
 
 # Reasons to stop that are not anomalies: no anomaly record, the end record says why.

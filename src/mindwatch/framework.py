@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .observation import ReplayOutcome
 from .sinks.base import SinkFactory
 
 if TYPE_CHECKING:
@@ -67,6 +68,9 @@ class FrameworkHooks:
       (``tensorboard=True``) when the framework has TensorBoard runs of its own, so both
       show side by side; None: ``<log_dir>/tensorboard/rank_<R>``. Asked when the sinks
       open (each run segment's start).
+    - ``replay() -> ReplayOutcome or None``: the step just observed, whose update was
+      withheld, computed again on the same batch and weights with its update withheld
+      (decisions/replays.py); None when this set-up cannot.
     """
 
     versions: Mapping[str, str | None] = field(default_factory=dict)
@@ -79,6 +83,7 @@ class FrameworkHooks:
     unprotected: Callable[[], str | None] | None = None
     saved_states: Callable[[], SavedStates] | None = None
     tensorboard_dir: Callable[[int], str | None] | None = None
+    replay: Callable[[], ReplayOutcome | None] | None = None
 
     def __post_init__(self) -> None:
         for name in ("save_checkpoint", "resume_hint", "notes", "memory_reader", "unprotected",

@@ -6,7 +6,8 @@ construction, the ``FrameworkHooks`` through which it carries out what needs the
 ``Monitor`` runs each step through the pipeline and composes the parts that own the rest,
 handed their collaborators here: ``Actions`` (what a finding does), ``StopRequests`` (signals,
 sink failures, a user's stop), ``RankDecisions`` (what the ranks decide together),
-``StateInput``, ``HardwareInput`` and ``HangGuard``. docs/design.md draws the map."""
+``Replays`` (withheld steps again), ``StateInput``, ``HardwareInput``, ``HangGuard``.
+docs/design.md draws the map."""
 from __future__ import annotations
 
 import os
@@ -17,15 +18,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from . import records
-from .anomaly import (
-    Anomaly,
-)
+from .anomaly import Anomaly
 from .background.hangs import HangGuard
 from .background.hardware_input import HardwareInput
 from .basics.clock import Clock, SystemClock
 from .basics.rank import rank_from_env
 from .basics.run_dir import prepare
 from .decisions.actions import Actions
+from .decisions.replays import Replays
 from .decisions.responder import Responder
 from .decisions.stops import StopRequests
 from .detectors import Detector, build_detectors
@@ -61,9 +61,8 @@ class Monitor:
             ``WORLD_SIZE``, ``OMPI_COMM_WORLD_*``, ...), else a single rank.
         clock: source of wall and monotonic time (tests pass a fake one).
         stream: where the console view writes (default ``sys.stdout``).
-        framework: what the core needs from a training framework (``FrameworkHooks``:
-            checkpoint saver, resume hint, notes, device-memory reader, framework-only
-            sinks). ``mindwatch.mindspore.TrainMonitor`` supplies MindSpore's.
+        framework: what the core needs from a training framework (``FrameworkHooks``);
+            ``mindwatch.mindspore.TrainMonitor`` supplies MindSpore's.
         **settings: any ``MonitorSettings`` field (see docs/api.md), e.g. ``grad_explode=50.0``.
 
     Raises:
@@ -142,6 +141,8 @@ class Monitor:
             memory_reader=self.framework.memory_reader, detectors=self.detectors,
             current=current, responder=responder, writer=writer, actions=actions)
         self._state = StateInput(detectors=self.detectors, writer=writer, act=actions.act)
+        self._replays = Replays(replay=self.framework.replay if self.settings.replay else None,
+                                emit=writer.emit, rank=self.rank, device=self.local_rank)
         self._hangs = HangGuard(timeout_s=self.settings.hang_timeout_s, clock=self.clock,
                                 rank=self.rank, policy=self.policy, current=current,
                                 responder=responder, writer=writer, actions=actions)
@@ -374,12 +375,11 @@ class Monitor:
         record = obs.to_record(loss_smooth=self.loss_stats.smooth, with_layers=layers_due)
         self._writer.emit(records.STEP, record, time=obs.time)
         self.responder.remember_step(record, obs.layer_grad_norms)
-        found: list[Anomaly] = []
-        for detector in self.detectors:
-            found.extend(detector.update(obs))
+        found = [anomaly for detector in self.detectors for anomaly in detector.update(obs)]
         found, skip_notice = self.skips.review(obs, found)
         if skip_notice is not None:
             self.notice(skip_notice)
+        found = self._replays.review(obs, found)
         self._actions.act(self.rewinds.review(obs.step, found))  # "rewind" ones: settle
         if self._current.segment.pending:
             found.extend(self._actions.act_on_pending())

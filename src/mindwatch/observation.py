@@ -122,3 +122,12 @@ class HardwareSample:
                 Device.TEMP_C: d.temp_c, Device.POWER_W: d.power_w} for d in self.devices],
             Hardware.FRAMEWORK_MEMORY: self.framework_memory,
         }
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """A withheld step computed again by the framework's ``replay`` hook (float32 values as
+    Python floats); decisions/replays.py judges it."""
+    loss: float | None
+    grad_norm: float | None
+    healthy: bool            # within every bound the step's update was held to

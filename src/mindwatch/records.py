@@ -32,8 +32,9 @@ NOTICE = "notice"
 END = "end"
 REWIND = "rewind"
 STATE = "state"
+REPLAY = "replay"
 
-KINDS = (RUN, STEP, EPOCH, HARDWARE, ANOMALY, NOTICE, END, REWIND, STATE)
+KINDS = (RUN, STEP, EPOCH, HARDWARE, ANOMALY, NOTICE, END, REWIND, STATE, REPLAY)
 
 END_REASONS = ("completed", "stopped", "error", "signal", "aborted")     # End.REASON
 COMPLETED, STOPPED, ERROR, SIGNAL, ABORTED = END_REASONS
@@ -96,6 +97,8 @@ class Run(Fields):
     MODE = optional("mode")
     DEVICE_TARGET = optional("device_target")
     DATASET_SINK_MODE = optional("dataset_sink_mode")
+    # MindSpore's own silent-corruption detection: {"enabled": bool, "env": {name: value}}
+    SDC_DETECTION = optional("sdc_detection")
 
 
 class Versions(Fields):
@@ -233,6 +236,19 @@ class LayerState(Fields):
     V_NORM = optional("v_norm", nonfinite=True)
 
 
+class Replay(Fields):
+    """A withheld step computed again on the same batch and weights (decisions/replays.py)."""
+    KIND = REPLAY
+    STEP = required(Step.STEP)
+    ANOMALY = required(Anomaly.ANOMALY)             # the step's first anomaly, or null
+    REPRODUCED = required("reproduced")             # loss and norm bit-identical
+    LOSS = required(Step.LOSS, nonfinite=True)
+    GRAD_NORM = required(Step.GRAD_NORM, nonfinite=True)
+    REPLAY_LOSS = required("replay_loss", nonfinite=True)
+    REPLAY_GRAD_NORM = required("replay_grad_norm", nonfinite=True)
+    HEALTHY = optional("healthy")                   # the replay within every bound
+
+
 class Activation(Fields):
     """One sub-Cell of ``State.ACTIVATIONS``: its output's statistics (``wrap``'s
     ``activations``) and/or its largest attention logit (``attention_logits``)."""
@@ -267,7 +283,7 @@ class Alert(Fields):
 
 
 _RECORDS: tuple[type[Fields], ...] = (Run, Step, Epoch, Hardware, Anomaly, Notice, End,
-                                      Rewind, State)
+                                      Rewind, State, Replay)
 SCHEMAS: dict[str, type[Fields]] = {cls.KIND: cls for cls in _RECORDS}
 
 # The names other modules have imported since the first schema version.

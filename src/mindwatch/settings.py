@@ -131,6 +131,10 @@ class MonitorSettings:
         50, "With `wrap(per_layer_norms=True)`: `layer_grad_norms` goes into the step record "
         "every N steps; gradient anomaly reports always name the largest layers of their "
         "step.", "steps")
+    replay: bool = setting(
+        True, "With `wrap`: a step whose update was withheld is computed once more on the same "
+        "batch and weights before the next step (a `replay` record); healthy the second time, "
+        "it is a `transient_fault` of this device. Costs nothing on other steps.")
     state_interval: int | None = setting(
         100, "With `wrap`: a `state` record every N steps (per-layer weight, update and "
         "gradient norms, the update/weight ratio, the optimizer's moment norms), measured by "
@@ -264,6 +268,7 @@ class MonitorSettings:
         check_int("loss_rising_window", self.loss_rising_window, minimum=4, maximum=MAX_COUNT)
         check_number("loss_rising_min", self.loss_rising_min, low=0.0, low_open=True)
         check_int("layer_norms_interval", self.layer_norms_interval, minimum=1, maximum=MAX_COUNT)
+        check_bool("replay", self.replay)
         check_int("state_interval", self.state_interval, minimum=1, maximum=MAX_COUNT,
                   optional=True)
         check_number("update_ratio_factor", self.update_ratio_factor, low=1.0, low_open=True)

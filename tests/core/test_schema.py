@@ -7,8 +7,9 @@ import pytest
 
 from mindwatch import Monitor, records
 from mindwatch.framework import FrameworkHooks
-from mindwatch.observation import DeviceSample, HardwareSample
+from mindwatch.observation import DeviceSample, HardwareSample, ReplayOutcome
 from mindwatch.records import (
+    Activation,
     Anomaly,
     Common,
     Device,
@@ -18,6 +19,7 @@ from mindwatch.records import (
     Hardware,
     LayerState,
     Notice,
+    Replay,
     Rewind,
     Run,
     State,
@@ -30,7 +32,7 @@ from mindwatch.records import (
 from mindwatch.runlog import read_rank_log
 
 FIELD_CLASSES = (Common, Run, Versions, Step, Epoch, Hardware, Device, FrameworkMemory, Anomaly,
-                 Notice, End, StoppedBy, Rewind, State)
+                 Notice, End, StoppedBy, Rewind, State, LayerState, Activation, Replay)
 
 
 class _Snapshots:
@@ -48,16 +50,18 @@ class _Snapshots:
 
 @pytest.fixture
 def log(tmp_path, clock):
-    """Every kind, from the public API only: a NaN loss (rewound), an explosion (which stops
-    the run), a hardware sample with a device and framework memory, a notice, two epochs."""
+    """Every kind, from the public API only: a NaN loss (withheld, replayed, rewound), an
+    explosion (which stops the run), a hardware sample with a device and framework memory, a
+    notice, two epochs."""
     monitor = Monitor(str(tmp_path), clock=clock, stream=io.StringIO(), hardware_interval_s=None,
                       on_anomaly={"loss_nonfinite": "rewind", "gradient_explode": "stop"},
-                      framework=FrameworkHooks(snapshots=_Snapshots()))
+                      framework=FrameworkHooks(snapshots=_Snapshots(), replay=lambda: (
+                          ReplayOutcome(loss=math.nan, grad_norm=1.0, healthy=False))))
     monitor.rewinds.begin(0)
     for step, loss, grad in [(1, 2.0, 1.0), (2, math.nan, 1.0), (3, 1.5, 1e4)]:
         clock.advance(0.1)
         monitor.observe(step=step, epoch=1 if step < 3 else 2, loss=loss, lr=1e-3,
-                        grad_norm=grad)
+                        grad_norm=grad, skipped=step == 2)
         monitor.settle_rewind(step=step)
     monitor.observe_hardware(HardwareSample(
         time=clock.time(), cpu_percent=12.5, mem_used_gb=7.0, mem_available_gb=9.0, rss_gb=1.0,
@@ -82,6 +86,8 @@ def test_every_record_a_monitor_writes_is_complete(log):
     [hardware] = log.of_kind(records.HARDWARE)
     assert set(hardware[Hardware.DEVICES][0]) == set(Device.REQUIRED)
     assert set(hardware[Hardware.FRAMEWORK_MEMORY]) == set(FrameworkMemory.REQUIRED)
+    [replay] = log.of_kind(records.REPLAY)
+    assert (replay[Replay.STEP], replay[Replay.REPRODUCED]) == (2, True)
     [state] = log.of_kind(records.STATE)
     assert set(state[State.LAYERS]["inp"]) == set(LayerState.REQUIRED + LayerState.OPTIONAL)
     assert set(log.run[Run.VERSIONS]) == set(Versions.REQUIRED)
@@ -99,7 +105,7 @@ def test_declarations_derive_the_tables():
     assert Step.OPTIONAL == ("samples_per_s", "steps_covered", "lr_groups", "layer_grad_norms",
                              "data_time_s", "loss_scale", "tokens_per_s", "mfu")
     assert Run.OPTIONAL == ("log_path", "total_steps", "argv", "wrapped", "mode",
-                            "device_target", "dataset_sink_mode")
+                            "device_target", "dataset_sink_mode", "sdc_detection")
     assert Epoch.OPTIONAL == ("loss_change", "converging", "nonfinite_losses", "eval")
     assert Hardware.OPTIONAL == ("mem_available_gb", "framework_memory")
     assert End.OPTIONAL == ("error", "stopped_by") and Notice.OPTIONAL == ("source",)
@@ -136,7 +142,7 @@ def test_problems_of_devices_and_of_unknown_kinds():
     assert "hardware record: device 0 lacks 'index'" in found and len(found) == 6
     assert problems({Common.KIND: "bogus", Common.RANK: 0, Common.TIME: 0.0}) == [
         "unknown kind 'bogus'; known: run, step, epoch, hardware, anomaly, notice, end, "
-        "rewind, state"]
+        "rewind, state, replay"]
     assert problems({}) == [f"lacks the field {name!r} every record has"
                             for name in records.COMMON_FIELDS]
     assert problems([1]) == ["a record must be a JSON object; got list"]

@@ -32,7 +32,7 @@ VALID = {
     "grad_spike_ratio": [1.01, 10], "loss_rising_window": [4, 1000],
     "loss_rising_min": [0.01, 3], "lr_jump_factor": [1.5, 1e6], "straggler_window": [2, 500],
     "straggler_factor": [1.1, 50], "layer_norms_interval": [1, 10**6],
-    "state_interval": [None, 1, 100], "update_ratio_factor": [1.01, 50],
+    "replay": [True, False], "state_interval": [None, 1, 100], "update_ratio_factor": [1.01, 50],
     "update_ratio_ceiling": [1e-6, 5.0], "max_attention_logit": [1e-3, 1e6],
     "on_anomaly": [None, "warn", "stop", "checkpoint_and_stop", "skip", {},
                    {"loss_spike": "stop"}, {"loss_spike": "skip"}, "rewind",

@@ -11,7 +11,7 @@ from mindspore.train import Callback
 from ..anomaly import Anomaly
 from ..framework import FrameworkHooks
 from ..monitor import Monitor
-from ..records import Run, Step, Versions
+from ..records import Step, Versions
 from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
 from .cb_params import (
@@ -21,6 +21,7 @@ from .cb_params import (
     field,
     optimizer_of,
     planned_steps,
+    setup_fields,
     sink_mode_dropped,
 )
 from .cell_reader import TrainCellReader
@@ -34,7 +35,7 @@ from .lr import LrReader
 from .memory import mindspore_memory_reader
 from .mindinsight import open_mindinsight_sink
 from .outputs import StepOutputs, read_outputs
-from .protection import build_step, report_notes, unprotected
+from .protection import build_step, replay_outcome, report_notes, unprotected
 from .saved_states import ModelCheckpointWatch
 from .snapshots import TrainStateSnapshots
 from .state_steps import StateSteps
@@ -80,7 +81,8 @@ class TrainMonitor(Callback):
             memory_reader=mindspore_memory_reader(),
             snapshots=TrainStateSnapshots(self._train_cell),
             sinks={"mindinsight": open_mindinsight_sink}, unprotected=self._unprotected,
-            saved_states=lambda: self._saved.states(), tensorboard_dir=tensorboard_dir)
+            saved_states=lambda: self._saved.states(), tensorboard_dir=tensorboard_dir,
+            replay=lambda: replay_outcome(self.train_step, self._cb_params))
         self.train_step: MonitoredTrainStep | None = None
         self.monitor = Monitor(
             log_dir, rank=rank.rank, world_size=rank.world_size, local_rank=rank.local_rank,
@@ -255,11 +257,8 @@ class TrainMonitor(Callback):
         dropped = sink_mode_dropped(cb)
         planned = planned_steps(cb, sink_dropped=dropped)
         self.monitor.start(total_steps=None if planned is None else
-                           self._last_step_num + planned, **{
-            Run.WRAPPED: self._is_wrapped(cb),
-            Run.MODE: "GRAPH_MODE" if ms.get_context("mode") == ms.GRAPH_MODE else "PYNATIVE_MODE",
-            Run.DEVICE_TARGET: ms.get_context("device_target"),
-            Run.DATASET_SINK_MODE: bool(getattr(cb, "dataset_sink_mode", False))})
+                           self._last_step_num + planned,
+                           **setup_fields(cb, wrapped=self._is_wrapped(cb)))
         if dropped:
             self.monitor.notice(SINK_MODE_DROPPED)
         self.monitor.rewinds.begin(self._last_step_num)

@@ -11,6 +11,9 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
+from ..records import Run
+from .sdc import sdc_detection
+
 # The notice of a run that asked for sink mode on the CPU.
 SINK_MODE_DROPPED = ("dataset_sink_mode=True was asked for, but MindSpore trains on the CPU "
                      "without sink mode: every step runs on its own, with a callback after each")
@@ -49,6 +52,16 @@ def batch_size_of(cb: Any) -> int | None:
         return int(dataset.get_batch_size()) if dataset is not None else None
     except Exception:  # a dataset without batch information: throughput stays null
         return None
+
+
+def setup_fields(cb: Any, *, wrapped: bool) -> dict[str, Any]:
+    """The ``run`` record's fields of how MindSpore trains (records.Run)."""
+    return {Run.WRAPPED: wrapped,
+            Run.MODE: "GRAPH_MODE" if ms.get_context("mode") == ms.GRAPH_MODE
+            else "PYNATIVE_MODE",
+            Run.DEVICE_TARGET: ms.get_context("device_target"),
+            Run.DATASET_SINK_MODE: bool(getattr(cb, "dataset_sink_mode", False)),
+            Run.SDC_DETECTION: sdc_detection()}
 
 
 def planned_steps(cb: Any, *, sink_dropped: bool) -> int | None:

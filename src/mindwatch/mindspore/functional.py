@@ -49,12 +49,14 @@ class JitTrainStep:
             return cell(*inputs)
 
         self._compiled = compiled
+        object.__setattr__(cell, "replay_runner", compiled)    # PyNative: the compiled step
         self._compiled_state: Callable[..., Any] | None = None
 
     def __call__(self, *inputs: Any) -> StepOutputs:
         """``state_due()`` says whether this step is a state step (the monitor's interval):
         it then runs the state graph, whose vector the monitor reads after ``observe``."""
         cell = self.cell
+        object.__setattr__(cell, "last_inputs", inputs)         # for replay (wrap.py)
         if ms.get_context("mode") == ms.GRAPH_MODE:
             cell.state_due = self._state_due()
             return read_outputs(cell(*inputs), wrapped_by=cell)

@@ -1,15 +1,20 @@
-"""What protects a run's updates: the train step ``wrap`` and ``jit_step`` build, and what
-the anomaly reports say when no such step does (the user's own train cell)."""
+"""What protects a run's updates: the train step ``wrap`` and ``jit_step`` build, a withheld
+step computed again (``replay``), and what the anomaly reports say when no such step does
+(the user's own train cell)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+import mindspore as ms
 from mindspore import nn
 
+from ..observation import ReplayOutcome
 from ..settings import MonitorSettings
 from .activation_probe import ActivationProbes
+from .cb_params import field
 from .cell_reader import TrainCellReader
+from .outputs import read_outputs
 from .wrap import MonitoredTrainStep
 
 
@@ -48,3 +53,17 @@ def report_notes(step: MonitoredTrainStep | None) -> list[str]:
     if step is not None and not step.skip_anomalous:
         return ["wrap(skip_anomalous_updates=False): anomalous updates were applied"]
     return []
+
+
+def replay_outcome(step: MonitoredTrainStep | None, cb: Any) -> ReplayOutcome | None:
+    """The step just observed, computed again by ``step`` (``FrameworkHooks.replay``); None
+    when the step that ran is not ``step`` (a train cell of another's making)."""
+    if step is None or (cb is not None and field(cb, "train_network") not in (None, step)):
+        return None
+    pynative = ms.get_context("mode") == ms.PYNATIVE_MODE
+    outputs = step.replay(getattr(step, "replay_runner", None) if pynative else None)
+    if outputs is None:
+        return None
+    out = read_outputs(outputs, wrapped_by=step)
+    return ReplayOutcome(loss=out.loss, grad_norm=out.grad_norm,
+                         healthy=step.within_bounds(outputs[1].tolist()))

@@ -20,6 +20,14 @@ from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get
 
 from ..settings import check_bool, check_number
 from .activation_probe import ActivationProbes
+from .graph_sums import (
+    after,
+    as_float32,
+    scale,
+    square_sum,
+    square_sum_tensor,
+    update_square_sum,
+)
 from .lr import group_indices
 from .state_probe import layout_of, moments_of, state_vector, weights_before
 
@@ -49,54 +57,6 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 # split, 5.5 ms in the bare step without the norm and the `if`. No large gradient is ever
 # copied, so the norm's memory does not grow with the model.
 OWN_SUM_MIN_ELEMENTS = 1 << 16
-
-_square_sum = ops.MultitypeFuncGraph("mindwatch_square_sum")
-_scale = ops.MultitypeFuncGraph("mindwatch_scale")
-
-
-@_square_sum.register("Tensor")
-def _square_sum_tensor(grad):
-    return ops.reduce_sum(_row_square_sums(grad))
-
-
-def _row_square_sums(grad):
-    """Per-row sums of squares (rows: the first axis), float32. Row by row, not over all
-    axes at once: MindSpore's CPU reduction over every axis of a 2-D tensor is ~3x slower, and
-    float32 partial sums of one row lose less precision than one long sum. ``g * g``, not
-    ``square``: the same values, and the faster CPU kernel. float32 first: a float16 sum of
-    squares overflows at a norm of only ~256."""
-    grad = _as_float32(grad)
-    if grad.ndim < 2:
-        grad = ops.reshape(grad, (-1,))
-        return grad * grad
-    if grad.ndim > 2:
-        grad = ops.reshape(grad, (grad.shape[0], -1))
-    return ops.reduce_sum(grad * grad, 1)
-
-
-_update_square_sum = ops.MultitypeFuncGraph("mindwatch_update_square_sum")
-
-
-@_update_square_sum.register("Tensor", "Tensor")
-def _update_square_sum_tensors(after, before):
-    """Squared norm of the update ``after - before``, taken in float32 (a bfloat16
-    difference of nearby weights would lose most of its digits)."""
-    return ops.reduce_sum(_row_square_sums(_as_float32(after) - _as_float32(before)))
-
-
-_after = ops.MultitypeFuncGraph("mindwatch_after")
-
-
-# HyperMap descends into nested tuples: this is applied to each weight and moment
-@_after.register("Tensor", "Tensor")
-def _after_tensor(marker, tensor):
-    return ops.depend(tensor, marker)
-
-
-@_scale.register("Tensor", "Tensor")
-def _scale_tensor(factor, grad):
-    return grad * factor.astype(grad.dtype)
-
 
 class MonitoredTrainStep(nn.Cell):
     """``network`` returns the loss; each call runs forward, backward, (reduce), measure,
@@ -200,6 +160,7 @@ class MonitoredTrainStep(nn.Cell):
         self.state_layout = layout_of(self.weights, self.first_moments, self.second_moments)
         self.state_due = False
         self.last_state = None
+        object.__setattr__(self, "last_inputs", None)
         object.__setattr__(self, "probes", probes)
         # Built on first use, and kept out of the Cell tree: it is another top-level graph
         object.__setattr__(self, "_state_variant", None)
@@ -225,8 +186,8 @@ class MonitoredTrainStep(nn.Cell):
 
     def _global_square_sum(self, grads):
         """The squared global norm (float32 scalar), summed as OWN_SUM_MIN_ELEMENTS says."""
-        sums = [_square_sum_tensor(grads[i]) for i in self.summed_alone]
-        small = [_as_float32(ops.reshape(grads[i], (-1,))) for i in self.summed_together]
+        sums = [square_sum_tensor(grads[i]) for i in self.summed_alone]
+        small = [as_float32(ops.reshape(grads[i], (-1,))) for i in self.summed_together]
         if small:
             vector = ops.cat(small) if len(small) > 1 else small[0]
             sums.append(ops.reduce_sum(vector * vector))
@@ -246,8 +207,7 @@ class MonitoredTrainStep(nn.Cell):
             return True
         if self.share_verdict:
             return stats[-1] < 0.5
-        return all(low <= value <= high
-                   for value, low, high in zip(stats, self._lower, self._upper, strict=True))
+        return self.within_bounds(stats)
 
     def set_limits(self, *, loss: float = math.inf, grad_norm: float = math.inf,
                    lr: float = math.inf) -> None:
@@ -260,12 +220,38 @@ class MonitoredTrainStep(nn.Cell):
         if not self.skip_anomalous:
             return
         lrs = len(self._upper) - 2
-        upper = (_bound(loss), min(_bound(grad_norm), self._norm_cap)) + (_bound(lr),) * lrs
+        self._write_upper((_bound(loss), min(_bound(grad_norm), self._norm_cap))
+                          + (_bound(lr),) * lrs)
+
+    def _write_upper(self, upper: tuple[float, ...]) -> None:
         if upper != self._upper:
             ops.assign(self.upper_bounds, ms.Tensor(np.array(upper, np.float32)))
             self._upper = upper
 
+    def within_bounds(self, stats: list[float]) -> bool:
+        """This rank's ``stats`` within the bounds the graph holds (the ranks' shared
+        verdict, under data parallelism, left aside)."""
+        own = stats[:-1] if self.share_verdict else stats
+        return all(low <= value <= high
+                   for value, low, high in zip(own, self._lower, self._upper, strict=True))
+
+    def replay(self, run=None):
+        """The last step computed again on its inputs and the weights as they are, its
+        update withheld whatever it finds: the ordinary graph (no compile: ``run``, the
+        compiled function calling this Cell, when one does) with every loss past its
+        limit. Returns its outputs; None without skipping (nothing was withheld) or before
+        a first step."""
+        if not self.skip_anomalous or self.last_inputs is None:
+            return None
+        upper = self._upper
+        self._write_upper((-FLOAT32_MAX, *upper[1:]))
+        try:
+            return (run or super().__call__)(*self.last_inputs)
+        finally:
+            self._write_upper(upper)
+
     def __call__(self, *inputs):
+        object.__setattr__(self, "last_inputs", inputs)     # references, for replay
         if not self.state_due:
             return super().__call__(*inputs)
         self.state_due = False                  # one state step per request
@@ -304,7 +290,7 @@ class MonitoredTrainStep(nn.Cell):
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         grads = self.grad_reducer(grads)
         if self.per_layer_norms or self.with_state:
-            param_sq_norms = ops.stack(self.hyper_map(_square_sum, grads))
+            param_sq_norms = ops.stack(self.hyper_map(square_sum, grads))
             grad_norm = ops.sqrt(param_sq_norms.sum())
         else:
             grad_norm = ops.sqrt(self._global_square_sum(grads))
@@ -313,18 +299,18 @@ class MonitoredTrainStep(nn.Cell):
             grads = ops.depend(grads, before)   # copied before the optimizer writes
         if self.clip:
             factor = self.clip_norm / ops.maximum(grad_norm, self.clip_norm)
-            grads = self.hyper_map(ops.partial(_scale, factor), grads)
+            grads = self.hyper_map(ops.partial(scale, factor), grads)
         # Read before the update: afterwards global_step points at the next step. And read
         # here, not inside the branch: in GRAPH_MODE a Parameter that only a branch reads
         # misses later set_data calls from Python (measured on MindSpore 2.10, CPU), so an LR
         # knob or a fixed LR changed between steps would be read stale. The price is a
         # schedule evaluated twice per step, once here and once by the optimizer.
         lr = self._current_lr()
-        loss_f32 = _as_float32(ops.reshape(loss, ()))
+        loss_f32 = as_float32(ops.reshape(loss, ()))
         if self.group_lr:
-            stats = ops.concat((ops.stack((loss_f32, grad_norm)), _as_float32(lr)))
+            stats = ops.concat((ops.stack((loss_f32, grad_norm)), as_float32(lr)))
         else:
-            stats = ops.stack((loss_f32, grad_norm, _as_float32(ops.reshape(lr, ()))))
+            stats = ops.stack((loss_f32, grad_norm, as_float32(ops.reshape(lr, ()))))
         if self.skip_anomalous:
             # For the same reason every optimizer state Parameter (moments, beta powers) is
             # loaded here: read only inside the branch, a checkpoint loaded into them with
@@ -352,9 +338,9 @@ class MonitoredTrainStep(nn.Cell):
             # Read after the optimizer's branch, explicitly: with other side effects in the
             # graph (the activation probes' writes) MindSpore 2.10 otherwise loads some
             # weights before the update was written (measured: update norms 4x too small).
-            weights, first, second = self.hyper_map(ops.partial(_after, loss), (
+            weights, first, second = self.hyper_map(ops.partial(after, loss), (
                 self.weights, self.first_moments or (), self.second_moments or ()))
-            state = state_vector(_square_sum, _update_square_sum, self.hyper_map, weights,
+            state = state_vector(square_sum, update_square_sum, self.hyper_map, weights,
                                  before, param_sq_norms,
                                  first if self.first_moments is not None else None,
                                  second if self.second_moments is not None else None)
@@ -369,7 +355,3 @@ def _bound(value: float) -> float:
         rounded = float(np.float32(value))
     return min(rounded, FLOAT32_MAX) if not math.isnan(rounded) else FLOAT32_MAX
 
-
-def _as_float32(tensor):
-    # Compile-time check: a Cast to the same type would still be a kernel launch.
-    return tensor if tensor.dtype == ms.float32 else tensor.astype(ms.float32)

@@ -1,0 +1,98 @@
+"""A withheld step computed once more: was it the data or the device?
+
+A step whose update was withheld (non-finite values, an explosion, a spike under "skip") is
+computed again on the same batch and the same weights before the next step, through the
+framework's ``replay`` hook (the train step's ordinary graph, its update withheld whatever
+it finds: no compile, and nothing at all on the steps that were not withheld). Then:
+
+- bit-identical loss and gradient norm: the computation is deterministic and the batch or the
+  model's state is the cause; the step's anomalies say so, naming the batch's place in its
+  epoch, and the policy goes on as for any anomaly;
+- healthy (within every bound the update was held to): the first result came from elsewhere,
+  a transient fault of this device (silent data corruption, a flaky link), anomaly
+  ``transient_fault`` naming rank, host and device; the update stays withheld;
+- different but anomalous again: the step is not deterministic (dropout, a random
+  augmentation) and the replay proves nothing; said so.
+
+Under data parallelism every rank withholds the same steps (the verdict is shared in the
+graph), so every rank replays them and the replay's collectives pair up.
+"""
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from .. import records
+from ..anomaly import TRANSIENT_FAULT, Anomaly
+from ..basics import format as fmt
+from ..observation import ReplayOutcome, StepObservation
+from ..records import Replay
+
+
+def same(first: float | None, again: float | None) -> bool:
+    """Bit-identical as float32 values are: NaN matches NaN."""
+    if first is None or again is None:
+        return first is again
+    return first == again or (math.isnan(first) and math.isnan(again))
+
+
+class Replays:
+    """``replay``: the framework's hook (None: this set-up cannot replay); ``emit(kind,
+    fields)``: the record writer's; ``rank`` and ``device`` (the local rank, the device
+    index a launcher gives it) name this process in a ``transient_fault``."""
+
+    def __init__(self, *, replay: Callable[[], ReplayOutcome | None] | None,
+                 emit: Callable[[str, dict[str, Any]], Any], rank: int, device: int | None):
+        self._replay, self._emit = replay, emit
+        self._where = f"rank {rank} (host {socket.gethostname()}, device {device})"
+        self._epoch: int | None = None
+        self._epoch_first_step = 1
+
+    def review(self, obs: StepObservation, found: list[Anomaly]) -> list[Anomaly]:
+        if obs.epoch != self._epoch:
+            self._epoch, self._epoch_first_step = obs.epoch, obs.step - obs.steps + 1
+        if not obs.skipped or self._replay is None:
+            return found
+        outcome = self._replay()
+        if outcome is None:
+            return found
+        first_loss, first_norm = _number(obs.loss), _number(obs.grad_norm)
+        reproduced = same(first_loss, outcome.loss) and same(first_norm, outcome.grad_norm)
+        self._emit(records.REPLAY, {
+            Replay.STEP: obs.step, Replay.ANOMALY: found[0].kind if found else None,
+            Replay.REPRODUCED: reproduced, Replay.LOSS: first_loss,
+            Replay.GRAD_NORM: first_norm, Replay.REPLAY_LOSS: outcome.loss,
+            Replay.REPLAY_GRAD_NORM: outcome.grad_norm, Replay.HEALTHY: outcome.healthy})
+        numbers = (f"loss {fmt.number(first_loss)} then {fmt.number(outcome.loss)}, gradient "
+                   f"norm {fmt.number(first_norm)} then {fmt.number(outcome.grad_norm)}")
+        if reproduced:
+            where = f"step {obs.step - self._epoch_first_step + 1} of epoch {obs.epoch}" \
+                if obs.epoch is not None else f"step {obs.step}"
+            note = (f"; computed again on the same batch and weights it came out "
+                    f"bit-identical: the batch ({where}) or the model's state is the cause, "
+                    f"not the device")
+        elif outcome.healthy:
+            note = (f"; computed again on the same batch and weights it came out healthy "
+                    f"({numbers}): see transient_fault")
+            found.append(Anomaly(
+                TRANSIENT_FAULT, obs.step, outcome.grad_norm, None,
+                f"step {obs.step} computed again on the same batch and the same weights came "
+                f"out healthy ({numbers}): a transient fault on {self._where} is likely "
+                f"(silent data corruption or a flaky link); the update stays withheld"))
+        else:
+            note = (f"; computed again on the same batch and weights it came out different "
+                    f"and anomalous again ({numbers}): the step is not deterministic "
+                    "(dropout?), so the replay cannot tell the data from the device")
+        for anomaly in found:
+            if anomaly.kind != TRANSIENT_FAULT:
+                anomaly.message += note
+        return found
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None

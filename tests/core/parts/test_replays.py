@@ -1,0 +1,65 @@
+"""Replays alone: what a replay that came out identical, healthy or different makes of the
+step's anomalies, and the batch's place in its epoch."""
+import math
+
+from mindwatch.anomaly import Anomaly
+from mindwatch.decisions.replays import Replays, same
+from mindwatch.observation import ReplayOutcome, StepObservation
+
+
+def _obs(step, epoch=1, loss=math.nan, grad_norm=1.5, skipped=True):
+    return StepObservation.from_arguments(
+        step=step, epoch=epoch, loss=loss, lr=1e-3, grad_norm=grad_norm, grads_finite=None,
+        lr_groups=None, skipped=skipped, steps=1, layer_grad_norms=None, extra=None)
+
+
+def _replays(outcome):
+    emitted, calls = [], []
+
+    def replay():
+        calls.append(1)
+        return outcome
+    return Replays(replay=replay, emit=lambda kind, fields: emitted.append((kind, fields)),
+                   rank=3, device=1), emitted, calls
+
+
+def _found(step):
+    return [Anomaly("loss_nonfinite", step, math.nan, None, "loss is NaN")]
+
+
+def test_identical_names_the_batch_in_its_epoch():
+    replays, emitted, _ = _replays(ReplayOutcome(loss=math.nan, grad_norm=1.5, healthy=False))
+    for step in range(1, 6):                                   # epoch 2 begins at step 5
+        assert replays.review(_obs(step, epoch=1 + step // 5, skipped=False, loss=1.0), []) == []
+    found = replays.review(_obs(6, epoch=2), _found(6))
+    assert [a.kind for a in found] == ["loss_nonfinite"]
+    assert found[0].message.endswith("bit-identical: the batch (step 2 of epoch 2) or the "
+                                     "model's state is the cause, not the device")
+    [(kind, fields)] = emitted
+    assert kind == "replay" and fields["reproduced"] is True and fields["healthy"] is False
+    assert fields["anomaly"] == "loss_nonfinite" and math.isnan(fields["replay_loss"])
+
+
+def test_healthy_is_a_transient_fault_naming_rank_host_and_device():
+    replays, emitted, _ = _replays(ReplayOutcome(loss=0.5, grad_norm=1.25, healthy=True))
+    found = replays.review(_obs(7), _found(7))
+    assert [a.kind for a in found] == ["loss_nonfinite", "transient_fault"]
+    fault = found[1]
+    assert (fault.step, fault.value, fault.threshold) == (7, 1.25, None)
+    assert "rank 3 (host " in fault.message and ", device 1)" in fault.message
+    assert "see transient_fault" in found[0].message
+    assert emitted[0][1]["reproduced"] is False
+
+
+def test_different_but_anomalous_again_is_no_verdict():
+    replays, _, _ = _replays(ReplayOutcome(loss=math.inf, grad_norm=2.0, healthy=False))
+    [found] = replays.review(_obs(2), _found(2))
+    assert "not deterministic" in found.message
+
+
+def test_steps_not_withheld_are_never_replayed_nor_without_a_hook():
+    replays, emitted, calls = _replays(ReplayOutcome(loss=1.0, grad_norm=1.0, healthy=True))
+    assert replays.review(_obs(1, skipped=False), []) == [] and calls == [] == emitted
+    none = Replays(replay=None, emit=lambda *a: None, rank=0, device=0)
+    assert none.review(_obs(1), _found(1))[0].message == "loss is NaN"
+    assert same(math.nan, math.nan) and same(None, None) and not same(1.0, None)
