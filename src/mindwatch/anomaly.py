@@ -58,6 +58,9 @@ class Anomaly:
     onset: int | None = None
     # The layer (update_ratio) or sub-Cell (attention_logit) the anomaly is about.
     layer: str | None = None
+    # The rank whose own gradients caused a gradient anomaly, and where it runs.
+    origin_rank: int | None = None
+    origin_place: tuple[str | None, int | None] | None = None     # (host, device)
 
     @property
     def first_step(self) -> int | None:

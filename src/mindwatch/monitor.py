@@ -250,7 +250,8 @@ class Monitor:
                 skipped: bool = False, steps: int = 1, batch_size: int | None = None,
                 grads_finite: bool | None = None, lr_groups: list[Any] | None = None,
                 layer_grad_norms: Mapping[str, Any] | None = None,
-                extra: Mapping[str, Any] | None = None) -> list[Anomaly]:
+                extra: Mapping[str, Any] | None = None,
+                local_grad_norms: Sequence[Any] | None = None) -> list[Anomaly]:
         """Record one training step (or ``steps`` steps ending at ``step``).
 
         Args:
@@ -268,19 +269,19 @@ class Monitor:
             layer_grad_norms: layer name -> gradient L2 norm.
             extra: more fields for the ``step`` record (e.g. ``loss_scale``); it may not
                 replace a field ``observe`` computes (``loss``, ``step_time_s``, ...).
+            local_grad_norms: every rank's gradient norm before the data-parallel reduction,
+                in rank order; a gradient anomaly names the rank it came from (origin_rank).
 
         Returns the anomalies found at this step (empty when healthy); an anomaly whose
         ``stops`` is true asks the loop to stop after this step.
 
         Raises ValueError for a step or steps that is not a positive int or an ``extra``
         that clashes with a computed field, TypeError for a value that is not a number.
-
-        Example: ``monitor.observe(step=10, loss=2.31, lr=3e-4, grad_norm=0.8)``
         """
         observation = StepObservation.from_arguments(
             step=step, epoch=epoch, loss=loss, lr=lr, grad_norm=grad_norm,
             grads_finite=grads_finite, lr_groups=lr_groups, skipped=skipped, steps=steps,
-            layer_grad_norms=layer_grad_norms, extra=extra)
+            layer_grad_norms=layer_grad_norms, extra=extra, local_grad_norms=local_grad_norms)
         self._ensure_started()
         segment = self._current.segment
         now = self.clock.perf_counter()
@@ -352,7 +353,6 @@ class Monitor:
         no-op); see ``RankDecisions.settle_rewind`` for the arguments."""
         return self._ranks.settle_rewind(step=step, wishes=wishes, touched=touched)
 
-    # -- hardware ---------------------------------------------------------------------------
     def submit_hardware(self, sample: HardwareSample) -> None:
         """A hardware sample from any thread: its record now, its findings at the next step
         end (on the training thread)."""
@@ -379,7 +379,7 @@ class Monitor:
         found, skip_notice = self.skips.review(obs, found)
         if skip_notice is not None:
             self.notice(skip_notice)
-        found = self._replays.review(obs, found)
+        found = self._replays.review(obs, self.peers.attribute(obs, found))
         self._actions.act(self.rewinds.review(obs.step, found))  # "rewind" ones: settle
         if self._current.segment.pending:
             found.extend(self._actions.act_on_pending())

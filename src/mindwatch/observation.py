@@ -34,12 +34,14 @@ class StepObservation:
     steps: int = 1                         # training steps this observation covers (sink mode)
     time: float = 0.0                      # Unix seconds
     layer_grad_norms: dict[str, float] | None = None
+    # every rank's gradient norm before the data-parallel reduction, in rank order
+    local_grad_norms: list[float | None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_arguments(cls, *, step: Any, steps: Any, loss: Any, lr: Any, grad_norm: Any,
-                       lr_groups: Any, layer_grad_norms: Any, extra: Any, **plain: Any,
-                       ) -> StepObservation:
+                       lr_groups: Any, layer_grad_norms: Any, extra: Any,
+                       local_grad_norms: Any = None, **plain: Any) -> StepObservation:
         """From ``Monitor.observe``'s arguments, checked: every problem raises an error that
         names the argument. Timing fields are the caller's to fill in."""
         for name, value in (("step", step), ("steps", steps)):
@@ -56,6 +58,8 @@ class StepObservation:
                    lr_groups=None if lr_groups is None else
                    [to_number(v, "lr_groups") for v in lr_groups],
                    layer_grad_norms=_layer_norms(layer_grad_norms), extra=dict(extra or {}),
+                   local_grad_norms=None if local_grad_norms is None else
+                   [to_number(v, "local_grad_norms") for v in local_grad_norms],
                    skipped=bool(plain.pop("skipped")), **plain)
 
     def to_record(self, *, loss_smooth: float | None, with_layers: bool) -> dict[str, Any]:

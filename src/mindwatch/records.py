@@ -129,6 +129,8 @@ class Step(Fields):
     # model FLOPs utilisation of this rank's device, a fraction (0.4 = 40%), with
     # flops_per_token and peak_tflops too
     MFU = optional("mfu", nonfinite=True)
+    # under data parallelism with wrap: this rank's gradient norm before the reduction
+    LOCAL_GRAD_NORM = optional("local_grad_norm", nonfinite=True)
 
 
 class Epoch(Fields):
@@ -188,6 +190,10 @@ class Anomaly(Fields):
     WHERE = optional("where")
     # update_ratio: the layer; attention_logit: the attention sub-Cell
     LAYER = optional("layer")
+    # a gradient anomaly one rank's own gradients caused: that rank, its host and device
+    ORIGIN_RANK = optional("origin_rank")
+    ORIGIN_HOST = optional("origin_host")
+    ORIGIN_DEVICE = optional("origin_device")
 
 
 class Notice(Fields):

@@ -1,6 +1,7 @@
 """Two real ranks under msrun on the CPU: one log each, one stop for all, stragglers.
 
 Each test has a hard timeout, so a hang fails fast instead of blocking CI."""
+import math
 import os
 import signal
 import socket
@@ -123,6 +124,19 @@ def test_nan_on_one_rank_stops_both_after_the_same_step(tmp_path):
     # The bad update was withheld on both ranks, which still hold identical weights.
     for array in same_weights_on_both_ranks(out).values():
         assert np.isfinite(array).all()
+    # Each rank's own gradient norm, before the reduction, in every step record; the
+    # reduced gradients' anomaly names rank 1, its host and device, on both ranks.
+    local = {log.rank: {s["step"]: s["local_grad_norm"] for s in log.steps} for log in run.ranks}
+    assert all(math.isfinite(v) for step, v in local[1].items() if step < 5)
+    assert math.isfinite(local[0][5]) and math.isnan(local[1][5])
+    for log in run.ranks:
+        [grads] = [a for a in log.anomalies if a["anomaly"] == "gradient_nonfinite"]
+        assert (grads["origin_rank"], grads["origin_host"], grads["origin_device"]) == (
+            1, socket.gethostname(), 1), log.rank
+        assert f"it came from rank 1 (host {socket.gethostname()}, device 1)" in grads["message"]
+        # computed again on both ranks together: rank 1's batch fails the same way
+        [replay] = log.of_kind("replay")
+        assert (replay["step"], replay["reproduced"]) == (5, True), log.rank
 
 
 def test_a_loss_spike_on_one_rank_is_skipped_on_every_rank(tmp_path):

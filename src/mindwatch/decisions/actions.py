@@ -54,6 +54,7 @@ class Actions:
             AnomalyRecord.MESSAGE: anomaly.message, AnomalyRecord.ACTIONS: anomaly.actions,
             AnomalyRecord.CHECKPOINT: anomaly.checkpoint, AnomalyRecord.REPORT: anomaly.report,
             **({} if anomaly.layer is None else {AnomalyRecord.LAYER: anomaly.layer}),
+            **_origin(anomaly),
             **fields})
 
     def notice(self, message: str, **fields: Any) -> None:
@@ -62,3 +63,11 @@ class Actions:
     def say_problems(self) -> None:
         for problem in self._responder.pop_problems():
             self.notice(problem)
+
+
+def _origin(anomaly: Anomaly) -> dict[str, Any]:
+    if anomaly.origin_rank is None:
+        return {}
+    host, device = anomaly.origin_place or (None, None)
+    return {AnomalyRecord.ORIGIN_RANK: anomaly.origin_rank, AnomalyRecord.ORIGIN_HOST: host,
+            AnomalyRecord.ORIGIN_DEVICE: device}

@@ -266,7 +266,8 @@ class TrainMonitor(Callback):
         self._data_time = None
         self._push_skip_limits()               # a loaded state_dict carries windows
         if self.monitor.world_size > 1 and self._consensus is None:
-            self._consensus = consensus_for(self.monitor.world_size, self.monitor.notice)
+            self._consensus = consensus_for(self.monitor.world_size, self.monitor.notice,
+                                            self.monitor.peers)
 
     def on_train_epoch_begin(self, run_context) -> None:
         self._mark = self.monitor.clock.perf_counter()

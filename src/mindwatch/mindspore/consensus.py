@@ -10,6 +10,7 @@ PyNative collectives fail on the CPU.
 """
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from ..ranks.peers import stop_code, stop_reason
+from ..ranks.peers import Peers, stop_code, stop_reason
 from ..recovery.rewinding import RewindWish
 from .distributed import communication_initialised, current_rank
 
@@ -25,6 +26,8 @@ from .distributed import communication_initialised, current_rank
 # the onset, plus one: small integers stay exact in float32 where a step number would not),
 # the rewind's anomaly kind (as a stop code), touched (0/1).
 _SLOTS = 5
+# Where each rank runs, exchanged once: its host name's first bytes and its device.
+_HOST_BYTES = 64
 
 
 class _SumAllReduce(nn.Cell):
@@ -70,13 +73,34 @@ class RankConsensus:
                         data_times=[float(v) for v in total[n:2 * n]],
                         rewind_wishes=wishes, touched=bool(total[4 * n:].sum() > 0))
 
+    def places(self, host: str, device: int | None) -> dict[int, tuple[str, int | None]]:
+        """Every rank's host and device, from one SUM all-reduce (byte values and small
+        integers are exact in float32); a device of -1 is unknown."""
+        n, width = self.world_size, _HOST_BYTES + 1
+        vector = np.zeros(width * n, np.float32)
+        name = host.encode("utf-8")[:_HOST_BYTES]
+        start = self.rank * width
+        vector[start:start + len(name)] = np.frombuffer(name, np.uint8)
+        vector[start + _HOST_BYTES] = -1 if device is None else device
+        total = self._reduce(ms.Tensor(vector)).asnumpy()
+        found = {}
+        for rank in range(n):
+            row = total[rank * width:(rank + 1) * width]
+            text = bytes(int(b) for b in row[:_HOST_BYTES] if b > 0).decode("utf-8", "replace")
+            found[rank] = (text, None if row[-1] < 0 else int(row[-1]))
+        return found
 
-def consensus_for(world_size: int, notice: Callable[[str], None]) -> RankConsensus | None:
-    """The consensus of this job's ``world_size`` ranks; None, said once through ``notice``,
-    when MindSpore's communication is not initialised (each rank then stops alone)."""
+
+def consensus_for(world_size: int, notice: Callable[[str], None],
+                  peers: Peers) -> RankConsensus | None:
+    """The consensus of this job's ``world_size`` ranks, with ``peers.places`` filled in;
+    None, said once through ``notice``, when MindSpore's communication is not initialised
+    (each rank then stops alone)."""
     rank = current_rank()
     if rank.world_size == world_size and communication_initialised():
-        return RankConsensus(rank.rank, rank.world_size)
+        consensus = RankConsensus(rank.rank, rank.world_size)
+        peers.places = consensus.places(socket.gethostname(), rank.local_rank)
+        return consensus
     notice(f"{world_size} ranks but MindSpore communication is not initialised "
            "(mindspore.communication.init()): each rank stops on its own anomalies only, and "
            "stragglers are not detected")

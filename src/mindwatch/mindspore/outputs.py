@@ -22,6 +22,7 @@ class StepOutputs:
     param_sq_norms: np.ndarray | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     aux: Any = None       # the forward's other outputs (Tensors), with has_aux
+    local_grad_norms: list[float] | None = None   # every rank's, before the reduction
 
     def observation(self, layers: LayerGrouping | None) -> dict[str, Any]:
         """``Monitor.observe``'s keyword arguments for these outputs (``layers`` groups the
@@ -31,7 +32,8 @@ class StepOutputs:
                 "grads_finite": self.grads_finite, "lr": lrs[0] if lrs else None,
                 "lr_groups": lrs if lrs and len(lrs) > 1 else None,
                 "layer_grad_norms": None if self.param_sq_norms is None or layers is None
-                else layers.norms(self.param_sq_norms), "extra": self.extra or None}
+                else layers.norms(self.param_sq_norms), "extra": self.extra or None,
+                "local_grad_norms": self.local_grad_norms}
 
 
 def _array(value: Any) -> np.ndarray | None:
@@ -64,13 +66,14 @@ def read_outputs(outputs: Any, *, wrapped_by: MonitoredTrainStep | None = None) 
         # buffer's format string, on every step.
         stats = outputs[1].tolist()
         loss, grad_norm = stats[STAT_LOSS], stats[STAT_GRAD_NORM]
-        lr_end = wrapped_by.stats_lr_end        # -1: the ranks' verdict follows
+        lr_end = wrapped_by.stats_lr_end        # the ranks' norms and verdict follow
         return StepOutputs(
             loss=loss, grad_norm=grad_norm, lr_groups=stats[STAT_LR:lr_end],
             skipped=not wrapped_by.update_applied(stats),
             grads_finite=math.isfinite(grad_norm),
             param_sq_norms=outputs[2].asnumpy() if wrapped_by.per_layer_norms else None,
-            aux=outputs[-1] if wrapped_by.has_aux else None)
+            aux=outputs[-1] if wrapped_by.has_aux else None,
+            **_local_norms(stats[lr_end:-1], wrapped_by.rank) if lr_end is not None else {})
     if isinstance(outputs, (tuple, list)):
         if len(outputs) in (5, 7):
             # MindSpore Transformers' train cells: (loss, overflow, scaling_sens,
@@ -88,3 +91,9 @@ def read_outputs(outputs: Any, *, wrapped_by: MonitoredTrainStep | None = None) 
                                extra={Step.LOSS_SCALE: _scalar(outputs[2])})
         return StepOutputs(loss=_scalar(outputs[0]) if outputs else None)
     return StepOutputs(loss=_scalar(outputs))
+
+
+def _local_norms(squares: list[float], rank: int) -> dict[str, Any]:
+    """StepOutputs' fields of every rank's squared local norm (float32 sums)."""
+    norms = [math.sqrt(v) if v >= 0 else math.nan for v in squares]   # NaN stays NaN
+    return {"local_grad_norms": norms, "extra": {Step.LOCAL_GRAD_NORM: norms[rank]}}

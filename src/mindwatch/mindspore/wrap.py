@@ -20,6 +20,7 @@ from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get
 
 from ..settings import check_bool, check_number
 from .activation_probe import ActivationProbes
+from .distributed import current_rank
 from .graph_sums import (
     after,
     as_float32,
@@ -37,9 +38,10 @@ from .state_probe import layout_of, moments_of, state_vector, weights_before
 # comparison, which ``update_applied`` repeats on the host (every graph kernel costs ~20 us
 # of launch on the CPU, more than its arithmetic).
 STAT_LOSS, STAT_GRAD_NORM, STAT_LR = 0, 1, 2     # LRs from 2 on, one per parameter group
-# With skipping under data parallelism, one more entry after the LRs: how many ranks found
-# their step anomalous (summed over the ranks, in the graph), which the host needs to repeat
-# the decision and cannot derive from its own loss.
+# With skipping under data parallelism, after the LRs: each rank's squared norm of its own
+# gradients (one entry per rank), then how many ranks found their step anomalous (summed over
+# the ranks, in the graph), which the host needs to repeat the decision and cannot derive
+# from its own loss.
 
 # Parameters of mindwatch's own making in the train cell (the step limits): left out of
 # checkpoints and snapshots, since the host recomputes them.
@@ -141,7 +143,14 @@ class MonitoredTrainStep(nn.Cell):
             self.grad_reducer = DistributedGradReducer(self.weights, _get_gradients_mean(),
                                                        _get_device_num())
         self.share_verdict = skip_anomalous_updates and data_parallel
-        self.stats_lr_end = -1 if self.share_verdict else None
+        # Shared with the verdict, in its AllReduce: every rank's squared norm of its own
+        # gradients before the reduction (each rank fills its slot of a zero vector), so a
+        # gradient anomaly can name the rank whose gradients caused it (one more pass over
+        # the gradients per step, under data parallelism only).
+        world, self.rank = (_get_device_num() if self.share_verdict else 0), current_rank().rank
+        self.rank_slot = ms.Tensor(np.eye(world, dtype=np.bool_)[self.rank]) if world else None
+        self.rank_zeros = ms.Tensor(np.zeros(world, np.float32)) if world else None
+        self.stats_lr_end = -(world + 1) if self.share_verdict else None
         # The bounds of the stats vector (loss, norm, LR per group), as float32 values: the
         # graph's, repeated on the host by ``update_applied``.
         lrs = len(self.lr_group_indices) if self.group_lr else 1
@@ -231,7 +240,7 @@ class MonitoredTrainStep(nn.Cell):
     def within_bounds(self, stats: list[float]) -> bool:
         """This rank's ``stats`` within the bounds the graph holds (the ranks' shared
         verdict, under data parallelism, left aside)."""
-        own = stats[:-1] if self.share_verdict else stats
+        own = stats[:self.stats_lr_end]
         return all(low <= value <= high
                    for value, low, high in zip(own, self._lower, self._upper, strict=True))
 
@@ -288,6 +297,11 @@ class MonitoredTrainStep(nn.Cell):
             loss = outputs
             sens = ops.ones_like(loss) * self.sens
         grads = self.grad(self.network, self.weights)(*inputs, sens)
+        if self.share_verdict:
+            # summed before the reduction runs, whose AllReduce may reuse the gradients'
+            # memory for its result
+            local_sq = self._global_square_sum(grads)
+            grads = self.hyper_map(ops.partial(after, local_sq), grads)
         grads = self.grad_reducer(grads)
         if self.per_layer_norms or self.with_state:
             param_sq_norms = ops.stack(self.hyper_map(square_sum, grads))
@@ -322,9 +336,13 @@ class MonitoredTrainStep(nn.Cell):
             apply = ops.all(within)
             if self.share_verdict:
                 past = ops.cast(ops.logical_not(ops.reshape(apply, (1,))), ms.float32)
-                ranks_past_limit = self.all_reduce(past)
-                apply = ops.reshape(ranks_past_limit, ()) < 0.5
-                stats = ops.concat((stats, ranks_past_limit))
+                # select, not a product with a one-hot vector: 0 * NaN is NaN, and this
+                # rank's NaN would fill every other rank's slot
+                mine = ops.select(self.rank_slot, ops.zeros_like(self.rank_zeros) + local_sq,
+                                  self.rank_zeros)
+                shared = self.all_reduce(ops.concat((mine, past)))
+                apply = ops.reshape(shared[-1:], ()) < 0.5
+                stats = ops.concat((stats, shared))
             if apply:
                 loss = ops.depend(loss, self.optimizer(grads))
         else:

@@ -3,13 +3,29 @@ makes everyone wait. The exchange itself is the adapter's (a collective); this m
 encodes a stop as a number and turns what came back into anomalies."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
-from ..anomaly import ANOMALY_KINDS, PEER_STOP, STOP_REQUESTS, USER_STOP, Anomaly
+from ..anomaly import (
+    ANOMALY_KINDS,
+    GRAD_SPIKE,
+    GRADIENT_EXPLODE,
+    GRADIENT_NONFINITE,
+    PEER_STOP,
+    STOP_REQUESTS,
+    USER_STOP,
+    Anomaly,
+)
+from ..basics import format as fmt
 from ..detectors.straggler import StragglerDetector
 from ..policy import SKIP, Policy
 
 STOP_REASONS = (*ANOMALY_KINDS, *STOP_REQUESTS)
+# The anomalies of the reduced gradients, which one rank's own gradients can cause.
+GRADIENT_KINDS = (GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRAD_SPIKE)
+# A finite local norm this many times every other rank's names its rank as the origin.
+ORIGIN_FACTOR = 4.0
 
 
 def stop_code(reason: str | None) -> int:
@@ -25,6 +41,8 @@ class Peers:
     def __init__(self, *, rank: int, world_size: int, policy: Policy, straggler_window: int,
                  straggler_factor: float):
         self.rank, self.world_size, self.policy = rank, world_size, policy
+        # rank -> (host, device), when the adapter has exchanged them (once, at the start)
+        self.places: dict[int, tuple[str | None, int | None]] = {}
         self.straggler = StragglerDetector(rank=rank, world_size=world_size,
                                            window=straggler_window, factor=straggler_factor)
 
@@ -52,3 +70,36 @@ class Peers:
                 f"after the same step", actions=actions, origin=(peer, reason)))
             break
         return found
+
+    def attribute(self, obs: Any, found: list[Anomaly]) -> list[Anomaly]:
+        """Name, in each gradient anomaly of this step, the rank whose own gradients (before
+        the data-parallel reduction, ``obs.local_grad_norms``) caused it."""
+        norms = obs.local_grad_norms
+        kinds = [a for a in found if a.kind in GRADIENT_KINDS]
+        if not kinds or not norms or len(norms) < 2:
+            return found
+        origin = origin_rank(norms)
+        if origin is None:
+            return found
+        host, device = self.places.get(origin, (None, None))
+        where = f" (host {host}, device {device})" if host is not None else ""
+        others = ", ".join(fmt.number(v) for r, v in enumerate(norms) if r != origin)
+        for anomaly in kinds:
+            anomaly.origin_rank, anomaly.origin_place = origin, (host, device)
+            anomaly.message += (f"; it came from rank {origin}{where}: its own gradients' norm "
+                                f"was {fmt.number(norms[origin])} before the reduction, the "
+                                f"other ranks' {others}")
+        return found
+
+
+def origin_rank(norms: Sequence[float | None]) -> int | None:
+    """The one rank whose local norm is not finite, or finite and ORIGIN_FACTOR times every
+    other's; None when no single rank stands out (all of them bad, or several)."""
+    if any(v is None for v in norms):
+        return None
+    bad = [r for r, v in enumerate(norms) if not math.isfinite(v)]
+    if bad:
+        return bad[0] if len(bad) == 1 else None
+    top = max(range(len(norms)), key=lambda r: norms[r])
+    rest = max(v for r, v in enumerate(norms) if r != top)
+    return top if norms[top] > ORIGIN_FACTOR * rest else None
