@@ -118,10 +118,22 @@ CONFIGS = [
 SAMPLER_BASE = "TrainMonitor+wrap"    # the sampler configurations are also compared to this
 STATE_OFF, STATE_EVERY_STEP = "TrainMonitor+wrap, state off", "TrainMonitor+wrap, state every step"
 STATE_ROWS = (STATE_EVERY_STEP, "TrainMonitor+wrap, state+activations every step")
-DEFAULT_STATE_INTERVAL = 100
+DEFAULT_STATE_INTERVAL, DEFAULT_CONSISTENCY_INTERVAL = 100, 1000
 # The skipping step is also compared to the bare step with the same in-graph `if`: what is
 # left is mindwatch's own cost (norm, outputs, callback), apart from MindSpore's control flow.
 IF_BASE, IF_COMPARED = "bare step, update inside an if", "TrainMonitor+wrap"
+
+
+def fingerprint_cost(model, repeats=20):
+    """Seconds of one replica fingerprint (fingerprints.py) of the train cell ``model`` runs:
+    what a consistency check costs besides its one all-reduce."""
+    from mindwatch.mindspore.fingerprints import Fingerprinter
+    fingerprinter = Fingerprinter(model.train_network)
+    fingerprinter.vector()                                  # compile
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fingerprinter.vector()
+    return (time.perf_counter() - start) / repeats
 
 
 def probe_costs(repeats=50):
@@ -224,6 +236,14 @@ def main(argv=None) -> int:
                   f"state_interval ({DEFAULT_STATE_INTERVAL}): "
                   f"{(ratio - 1) / DEFAULT_STATE_INTERVAL:.2%} of a step on average "
                   f"(one state step costs {ratio - 1:.2f} extra steps)")
+        wrapped = [c for c in configs if c[0] == SAMPLER_BASE]
+        if wrapped:
+            seconds = fingerprint_cost(wrapped[0][1])
+            step_s = statistics.median(per_chunk[SAMPLER_BASE])
+            print(f"replica fingerprint (consistency_interval, weights and optimizer state): "
+                  f"{seconds * 1e3:.2f} ms = {seconds / step_s:.2f} steps; at the default "
+                  f"interval ({DEFAULT_CONSISTENCY_INTERVAL}): "
+                  f"{seconds / step_s / DEFAULT_CONSISTENCY_INTERVAL:.3%} of a step")
         print("\ncost of one sample() per probe (on the sampler thread, never on the step):")
         for name, seconds in probe_costs().items():
             print(f"  {name:<46}{seconds * 1e3:>8.3f} ms")

@@ -23,12 +23,14 @@ UPDATE_RATIO = "update_ratio"
 ATTENTION_LOGIT = "attention_logit"
 # A withheld step computed again came out healthy (decisions/replays.py).
 TRANSIENT_FAULT = "transient_fault"
+# Data-parallel replicas whose weights or optimizer state differ (ranks/replicas.py).
+REPLICA_MISMATCH = "replica_mismatch"
 
 # Stable strings (docs/log-format.md), in the order a report lists them.
 ANOMALY_KINDS = (
     LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, LOSS_SPIKE,
     GRAD_SPIKE, LOSS_RISING, LR_ANOMALY, OVERHEAT, MEMORY_PRESSURE, STRAGGLER, PEER_STOP, HANG,
-    UPDATE_RATIO, ATTENTION_LOGIT, TRANSIENT_FAULT,
+    UPDATE_RATIO, ATTENTION_LOGIT, TRANSIENT_FAULT, REPLICA_MISMATCH,
 )
 
 # Reasons to stop that are not anomalies: no anomaly record, the end record says why.

@@ -6,8 +6,7 @@ construction, the ``FrameworkHooks`` through which it carries out what needs the
 ``Monitor`` runs each step through the pipeline and composes the parts that own the rest,
 handed their collaborators here: ``Actions`` (what a finding does), ``StopRequests`` (signals,
 sink failures, a user's stop), ``RankDecisions`` (what the ranks decide together),
-``Replays`` (withheld steps again), ``StateInput``, ``HardwareInput``, ``HangGuard``.
-docs/design.md draws the map."""
+``ReplicaCheck``, ``Replays``, ``StateInput``, ``HardwareInput``, ``HangGuard``: docs/design.md."""
 from __future__ import annotations
 
 import os
@@ -40,6 +39,7 @@ from .pipeline.writer import RecordWriter
 from .policy import Policy
 from .ranks.decisions import RankDecisions
 from .ranks.peers import Peers
+from .ranks.replicas import ReplicaCheck
 from .records import End, Epoch, Notice, Run, Versions
 from .recovery.rewinding import RewindEvent, RewindGuard, RewindWish, require_snapshots
 from .recovery.skipping import SkipGuard
@@ -136,6 +136,7 @@ class Monitor:
                                    writer=writer, actions=actions)
         self._ranks = RankDecisions(peers=self.peers, rewinds=self.rewinds, skips=self.skips,
                                     current=current, actions=actions, writer=writer)
+        self.replicas = ReplicaCheck(rank=self.rank, policy=self.policy, act=actions.act)
         self._hardware = HardwareInput(
             interval_s=self.settings.hardware_interval_s, all_devices=self.settings.all_devices,
             memory_reader=self.framework.memory_reader, detectors=self.detectors,
@@ -335,7 +336,6 @@ class Monitor:
         """Stop after this step, on every rank (reason ``user_request``)."""
         self._stops.request_stop()
 
-    # -- the other ranks (the adapter exchanges the numbers) ---------------------------------
     def stop_code(self) -> int:
         """This rank's own wish to stop, as a number to share with the other ranks."""
         return self._ranks.stop_code()

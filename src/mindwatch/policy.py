@@ -17,6 +17,7 @@ from .anomaly import (
     LR_ANOMALY,
     OVERHEAT,
     PEER_STOP,
+    REPLICA_MISMATCH,
     SIGNAL_STOP,
 )
 
@@ -49,6 +50,7 @@ CONFIGURABLE_KINDS = tuple(kind for kind in ANOMALY_KINDS if kind != PEER_STOP)
 
 DEFAULT_POLICIES: dict[str, str] = {kind: WARN for kind in CONFIGURABLE_KINDS}
 DEFAULT_POLICIES.update({
+    REPLICA_MISMATCH: CHECKPOINT_AND_STOP,      # ranks/replicas.py: the agreeing ranks' only
     LOSS_NONFINITE: CHECKPOINT_AND_STOP,
     GRADIENT_NONFINITE: CHECKPOINT_AND_STOP,
     GRADIENT_EXPLODE: CHECKPOINT_AND_STOP,

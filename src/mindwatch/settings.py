@@ -135,6 +135,10 @@ class MonitorSettings:
         True, "With `wrap`: a step whose update was withheld is computed once more on the same "
         "batch and weights before the next step (a `replay` record); healthy the second time, "
         "it is a `transient_fault` of this device. Costs nothing on other steps.")
+    consistency_interval: int | None = setting(
+        1000, "Under data parallelism: every N steps the ranks compare fingerprints of their "
+        "weights and optimizer state (two float32 sums per tensor, in a graph); a rank that "
+        "differs is `replica_mismatch`. `None` turns it off.", "steps")
     state_interval: int | None = setting(
         100, "With `wrap`: a `state` record every N steps (per-layer weight, update and "
         "gradient norms, the update/weight ratio, the optimizer's moment norms), measured by "
@@ -269,6 +273,8 @@ class MonitorSettings:
         check_number("loss_rising_min", self.loss_rising_min, low=0.0, low_open=True)
         check_int("layer_norms_interval", self.layer_norms_interval, minimum=1, maximum=MAX_COUNT)
         check_bool("replay", self.replay)
+        check_int("consistency_interval", self.consistency_interval, minimum=1,
+                  maximum=MAX_COUNT, optional=True)
         check_int("state_interval", self.state_interval, minimum=1, maximum=MAX_COUNT,
                   optional=True)
         check_number("update_ratio_factor", self.update_ratio_factor, low=1.0, low_open=True)

@@ -6,7 +6,10 @@ SCENARIO: healthy | nan_rank1 | overheat_rank0 | straggler_rank1 | long (runs un
 stops it) | spike_rank1_skip (rank 1's targets x1e3 at SPIKE_STEP, on_anomaly "skip") |
 spike_rank1_rewind (the same spike, on_anomaly "rewind", a snapshot every 5 steps) |
 hang_rank1 (rank 1's data source blocks STALL_S seconds at batch STALL_STEP; the other rank
-waits for it in a collective; hang_timeout_s HANG_TIMEOUT_S, policy warn).
+waits for it in a collective; hang_timeout_s HANG_TIMEOUT_S, policy warn) | nudge_rank1 (one
+weight element of rank 1 moved by 1e-3 before step NUDGE_STEP, replicas compared every
+CONSISTENCY_INTERVAL steps). Every scenario compares the replicas every
+CONSISTENCY_INTERVAL steps.
 Data parallel on the CPU, each rank its own data, gradients reduced by
 monitor.wrap.
 """
@@ -69,13 +72,33 @@ class StallingBatches:
         return self.x[8 * i: 8 * i + 8], self.y[8 * i: 8 * i + 8]
 
 
+CONSISTENCY_INTERVAL, NUDGE_STEP = 4, 6
+
+
+class NudgeAt(ms.train.Callback):
+    """Before step ``step``: one element of the first weight moved by 1e-3, on this rank only
+    (a bit flip's stand-in: the replicas silently diverge from here)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_step_begin(self, run_context):
+        cb = run_context.original_args()
+        if cb.cur_step_num == self.step:
+            weight = cb.train_network.weights[0]
+            value = weight.asnumpy().copy()
+            value.flat[0] += 1e-3
+            ms.ops.assign(weight, ms.Tensor(value))
+
+
 def main(log_dir, out_dir, scenario):
     ms.set_context(mode=ms.GRAPH_MODE)
     init()
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
                                  gradients_mean=True)
     rank = get_rank()
-    settings = dict(hardware_interval_s=None, print_interval=5)
+    settings = dict(hardware_interval_s=None, print_interval=5,
+                    consistency_interval=CONSISTENCY_INTERVAL)
     steps, epochs, callbacks = 12, 2, []
     if scenario == "overheat_rank0":
         steps, callbacks = 200, [Slow()]
@@ -100,6 +123,8 @@ def main(log_dir, out_dir, scenario):
     if scenario == "hang_rank1":
         epochs = 1
         settings.update(hang_timeout_s=HANG_TIMEOUT_S)
+    if scenario == "nudge_rank1" and rank == 1:
+        callbacks = [NudgeAt(NUDGE_STEP)]
     if os.environ.get("ALERT_WEBHOOK"):      # the test's webhook service, on every rank
         settings.update(alert_webhook=os.environ["ALERT_WEBHOOK"])
     net = make_regressor()

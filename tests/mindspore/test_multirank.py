@@ -108,6 +108,25 @@ def test_healthy_two_ranks_agree(tmp_path):
     same_weights_on_both_ranks(out)
 
 
+def test_a_replica_nudged_on_one_rank_is_a_mismatch_that_stops_both(tmp_path):
+    """One weight element moved on rank 1 before step 6; the replicas are compared every 4
+    steps (healthy at 4): at step 8 both ranks find rank 1 differing from rank 0 in that
+    weight, and stop; only rank 0, the side kept, writes the checkpoint."""
+    run, _ = msrun(tmp_path, "nudge_rank1")
+    name = "inp.weight"
+    for log in run.ranks:
+        assert [s["step"] for s in log.steps] == list(range(1, 9)), log.rank
+        assert log.end["reason"] == "stopped"
+        [found] = log.anomalies
+        assert (found["anomaly"], found["step"], found["value"]) == ("replica_mismatch", 8, 1.0)
+        assert found["message"] == (
+            f"rank 1's weights and optimizer state differ from rank 0's at step 8 (first in "
+            f"{name}); with two ranks the majority is unknown: rank 0's are kept")
+    first, second = (log.anomalies[0] for log in run.ranks)
+    assert first["actions"] == ["checkpoint", "stop"] and os.path.exists(first["checkpoint"])
+    assert second["actions"] == ["stop"] and second["checkpoint"] is None
+
+
 def test_nan_on_one_rank_stops_both_after_the_same_step(tmp_path):
     run, out = msrun(tmp_path, "nan_rank1")
     first, second = run.ranks

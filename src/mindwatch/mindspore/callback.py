@@ -26,7 +26,6 @@ from .cb_params import (
 )
 from .cell_reader import TrainCellReader
 from .checkpoint import save_atomically
-from .consensus import RankConsensus, consensus_for
 from .distributed import current_rank
 from .functional import ForwardCell, JitTrainStep
 from .layers import LayerGrouping
@@ -36,6 +35,7 @@ from .memory import mindspore_memory_reader
 from .mindinsight import open_mindinsight_sink
 from .outputs import StepOutputs, read_outputs
 from .protection import build_step, replay_outcome, report_notes, unprotected
+from .rank_sync import RankSync
 from .saved_states import ModelCheckpointWatch
 from .snapshots import TrainStateSnapshots
 from .state_steps import StateSteps
@@ -92,7 +92,7 @@ class TrainMonitor(Callback):
         self._mark: float | None = None
         self._said_grads_off = False
         self._layers: LayerGrouping | None = None
-        self._consensus: RankConsensus | None = None
+        self._ranks = RankSync(self.monitor)
         self._data_time: float | None = None
         self._sink_error: SinkError | None = None
         self._lr = LrReader()
@@ -265,9 +265,7 @@ class TrainMonitor(Callback):
         self._mark = self.monitor.clock.perf_counter()
         self._data_time = None
         self._push_skip_limits()               # a loaded state_dict carries windows
-        if self.monitor.world_size > 1 and self._consensus is None:
-            self._consensus = consensus_for(self.monitor.world_size, self.monitor.notice,
-                                            self.monitor.peers)
+        self._ranks.begin(self._last_step_num)
 
     def on_train_epoch_begin(self, run_context) -> None:
         self._mark = self.monitor.clock.perf_counter()
@@ -319,18 +317,8 @@ class TrainMonitor(Callback):
             self._sink_error = exc
         if run_context.get_stop_requested():      # a callback before this one asked
             self.monitor.request_stop()
-        rewinds = self.monitor.rewinds
-        if self._consensus is not None:
-            # Every rank calls this once per step end, so the collective always pairs up.
-            shared = self._consensus.exchange(step, self.monitor.stop_code(),
-                                              self._data_time or 0.0, rewinds.wish,
-                                              rewinds.touched)
-            self.monitor.observe_peers(step=step, stop_codes=shared.stop_codes,
-                                       data_times=shared.data_times, step_time_s=step_time)
-            self.monitor.settle_rewind(step=step, wishes=shared.rewind_wishes,
-                                       touched=shared.touched)
-        else:
-            self.monitor.settle_rewind(step=step)
+        self._ranks.after_step(step, data_time_s=self._data_time, step_time_s=step_time,
+                               train_cell=self._train_cell())
         self._push_skip_limits()
         self._data_time = None
         if self.monitor.stop_requested is not None:

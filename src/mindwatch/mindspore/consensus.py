@@ -73,6 +73,13 @@ class RankConsensus:
                         data_times=[float(v) for v in total[n:2 * n]],
                         rewind_wishes=wishes, touched=bool(total[4 * n:].sum() > 0))
 
+    def gather(self, vector) -> np.ndarray:
+        """Every rank's ``vector`` (float32, the same length on every rank), one row each."""
+        n, width = self.world_size, len(vector)
+        slots = np.zeros(n * width, np.float32)
+        slots[self.rank * width:(self.rank + 1) * width] = vector
+        return self._reduce(ms.Tensor(slots)).asnumpy().reshape(n, width)
+
     def places(self, host: str, device: int | None) -> dict[int, tuple[str, int | None]]:
         """Every rank's host and device, from one SUM all-reduce (byte values and small
         integers are exact in float32); a device of -1 is unknown."""
