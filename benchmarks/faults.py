@@ -17,6 +17,9 @@ can be compared on the same run log. Scenarios inject a fault at step FAULT_STEP
                     on its own schedule, so the healthy runs are the same runs without it
     query_scale     the LM only: the first block's query weights (QUERY_LAYER) x1.1 before
                     every step from the fault on, so its attention logits grow ~10% per step
+    one_shot_fault  the loss divided by zero once, by a Cell that disarms itself inside the
+                    graph: a device's transient fault (the same step computed again is
+                    healthy); every run trains through that Cell, disarmed
 
 State records every STATE_INTERVAL steps (the update_ratio rule reads them; the LM's runs
 watch every block's attention logits, for the attention_logit rule). For layer_lr_50x and
@@ -59,7 +62,7 @@ from mindwatch.runlog import read_rank_log
 FAULT_STEP = 100
 HORIZON = 80          # slow divergence needs ~40 steps to show in the loss
 SCENARIOS = ("healthy", "lr_spike", "nan_batch", "poisoned_batch", "slow_divergence",
-             "vanishing", "layer_lr_50x", "query_scale")
+             "vanishing", "layer_lr_50x", "query_scale", "one_shot_fault")
 AHEAD = ("layer_lr_50x", "query_scale")     # scenarios whose lead on the loss is printed
 INSIDE = ("update_ratio", "attention_logit")  # the rules that read state records
 STATE_INTERVAL = 10
@@ -69,11 +72,27 @@ QUERY_LAYER, QUERY_GROWTH = "blocks.0.attn.qkv.", 1.1
 ATTENTION_LOGITS = {"tinygpt": ["blocks.*.attn.scores"], "mlp": None}
 
 
+class OneShotFault(nn.Cell):
+    """The loss divided by (1 - armed): +inf once armed; the graph disarms it in the same
+    step, so a replay of that step is healthy."""
+
+    def __init__(self, loss):
+        super().__init__(auto_prefix=False)
+        self.loss = loss
+        self.fault_armed = ms.Parameter(ms.Tensor(0.0, ms.float32), name="fault_armed",
+                                        requires_grad=False)
+
+    def construct(self, *inputs):
+        out = self.loss(*inputs) / (1.0 - self.fault_armed)
+        return ms.ops.depend(out, ms.ops.assign(self.fault_armed, ms.ops.zeros((), ms.float32)))
+
+
 class Knobs(Callback):
     """Sets the injection knobs before each step (cur_step_num is the step about to run)."""
 
-    def __init__(self, scenario, loss, schedule, data_poisoned, layer_schedule, optimizer):
-        self.scenario, self.loss, self.schedule = scenario, loss, schedule
+    def __init__(self, scenario, loss, schedule, data_poisoned, layer_schedule, optimizer,
+                 one_shot):
+        self.scenario, self.loss, self.schedule, self.one_shot = scenario, loss, schedule, one_shot
         self.data_poisoned = data_poisoned      # the regressor poisons its data instead
         self.layer_schedule = layer_schedule    # FAST_LAYER's group
         self.query = [p for p in optimizer.parameters if p.name.startswith(QUERY_LAYER)]
@@ -98,6 +117,8 @@ class Knobs(Callback):
         layer = LAYER_LR_FACTOR if self.scenario == "layer_lr_50x" and step >= FAULT_STEP \
             else lr_factor
         self.layer_schedule.fault_lr_factor.set_data(ms.Tensor(layer, ms.float32))
+        if self.scenario == "one_shot_fault" and at:
+            ms.ops.assign(self.one_shot.fault_armed, ms.Tensor(1.0, ms.float32))
         if self.scenario == "query_scale" and step >= FAULT_STEP:
             for parameter in self.query:        # the fused q|k|v rows: the first third is q
                 value = parameter.asnumpy().copy()
@@ -189,9 +210,10 @@ def run_one(arch, scenario, seed, steps, workdir, policy="warn", **settings):
     monitor = TrainMonitor(run_dir, on_anomaly=policy, stream=io.StringIO(),
                            hardware_interval_s=None,
                            **{"state_interval": STATE_INTERVAL, **settings})
-    model = ms.train.Model(monitor.wrap(loss, optimizer,
+    one_shot = OneShotFault(loss)
+    model = ms.train.Model(monitor.wrap(one_shot, optimizer,
                                         attention_logits=ATTENTION_LOGITS[arch]))
-    knobs = Knobs(scenario, loss, schedule, poisons_data, layer_schedule, optimizer)
+    knobs = Knobs(scenario, loss, schedule, poisons_data, layer_schedule, optimizer, one_shot)
     model.train(1, data, callbacks=[knobs, monitor], dataset_sink_mode=False)
     return read_rank_log(f"{run_dir}/rank_0.jsonl")
 
@@ -248,6 +270,7 @@ def main(argv=None) -> int:
     rules = ("mindwatch", "fixed", "running-mean")
     table = defaultdict(lambda: {rule: {"latency": [], "missed": 0, "false": 0} for rule in rules})
     first_kinds = defaultdict(lambda: defaultdict(int))
+    verdicts = defaultdict(lambda: defaultdict(int))    # (arch, scenario) -> verdict -> n
     ahead = []  # AHEAD: (arch, scenario, seed, first alarm, its kind, divergence, step rules')
     for arch in ARCHITECTURES:
         for scenario in scenarios(arch):
@@ -257,6 +280,11 @@ def main(argv=None) -> int:
                 alarms = {"mindwatch": sorted({a["step"] for a in anomalies}),
                           "fixed": fixed_rule(log.steps),
                           "running-mean": running_mean_rule(log.steps)}
+                for replay in log.of_kind("replay"):
+                    verdict = ("reproduced" if replay["reproduced"] else
+                               "healthy: transient_fault" if replay.get("healthy") else
+                               "differs, no verdict")
+                    verdicts[(arch, scenario)][verdict] += 1
                 late = [a for a in anomalies if a["step"] >= FAULT_STEP]
                 if late and scenario != "healthy":
                     first_kinds[(arch, scenario)][late[0]["anomaly"]] += 1
@@ -294,6 +322,10 @@ def main(argv=None) -> int:
             row += f"{text:>24s}"
         kinds = ", ".join(f"{k} x{n}" for k, n in first_kinds[(arch, scenario)].items())
         print(row + "   " + kinds)
+    print("\nreplays of the withheld steps (the same batch and weights, once more): the "
+          "verdicts per scenario, all seeds")
+    for (arch, scenario), counts in verdicts.items():
+        print(f"  {arch:8s} {scenario:16s} " + ", ".join(f"{v} x{n}" for v, n in counts.items()))
     print(f"\n{', '.join(AHEAD)} (state records every {STATE_INTERVAL} steps): the first "
           "alarm against the loss's divergence")
     for arch, scenario, seed, alarm, kind, diverged, outside in ahead:

@@ -136,7 +136,7 @@ class Monitor:
                                    writer=writer, actions=actions)
         self._ranks = RankDecisions(peers=self.peers, rewinds=self.rewinds, skips=self.skips,
                                     current=current, actions=actions, writer=writer)
-        self.replicas = ReplicaCheck(rank=self.rank, policy=self.policy, act=actions.act)
+        self.replicas = ReplicaCheck(peers=self.peers, act=actions.act)
         self._hardware = HardwareInput(
             interval_s=self.settings.hardware_interval_s, all_devices=self.settings.all_devices,
             memory_reader=self.framework.memory_reader, detectors=self.detectors,

@@ -45,8 +45,8 @@ class Replays:
 
     def __init__(self, *, replay: Callable[[], ReplayOutcome | None] | None,
                  emit: Callable[[str, dict[str, Any]], Any], rank: int, device: int | None):
-        self._replay, self._emit = replay, emit
-        self._where = f"rank {rank} (host {socket.gethostname()}, device {device})"
+        self._replay, self._emit, self._rank = replay, emit, rank
+        self._place = (socket.gethostname(), device)
         self._epoch: int | None = None
         self._epoch_first_step = 1
 
@@ -76,11 +76,16 @@ class Replays:
         elif outcome.healthy:
             note = (f"; computed again on the same batch and weights it came out healthy "
                     f"({numbers}): see transient_fault")
+            # the rank whose own gradients went bad (origin_rank), else this one
+            origin = next((a for a in found if a.origin_rank is not None), None)
+            rank, place = (self._rank, self._place) if origin is None else (
+                origin.origin_rank, origin.origin_place or (None, None))
             found.append(Anomaly(
                 TRANSIENT_FAULT, obs.step, outcome.grad_norm, None,
                 f"step {obs.step} computed again on the same batch and the same weights came "
-                f"out healthy ({numbers}): a transient fault on {self._where} is likely "
-                f"(silent data corruption or a flaky link); the update stays withheld"))
+                f"out healthy ({numbers}): a transient fault on rank {rank} (host {place[0]}, "
+                f"device {place[1]}) is likely (silent data corruption or a flaky link); the "
+                "update stays withheld", origin_rank=rank, origin_place=place))
         else:
             note = (f"; computed again on the same batch and weights it came out different "
                     f"and anomalous again ({numbers}): the step is not deterministic "

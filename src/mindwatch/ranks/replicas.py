@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..anomaly import REPLICA_MISMATCH, Anomaly
-from ..policy import Policy
+from .peers import Peers
 
 
 def replica_groups(fingerprints: np.ndarray) -> list[list[int]]:
@@ -33,10 +33,12 @@ def first_difference(a: np.ndarray, b: np.ndarray, names: Sequence[str]) -> str:
 
 
 class ReplicaCheck:
-    """``act``: carries out the finding (decisions.Actions.act)."""
+    """``peers``: this rank, the policy and where the ranks run (ranks/peers.py); ``act``:
+    carries out the finding (decisions.Actions.act)."""
 
-    def __init__(self, *, rank: int, policy: Policy, act: Callable[[list[Anomaly]], None]):
-        self.rank, self._policy, self._act = rank, policy, act
+    def __init__(self, *, peers: Peers, act: Callable[[list[Anomaly]], None]):
+        self._peers, self._act = peers, act
+        self.rank, self._policy = peers.rank, peers.policy
 
     def observe(self, *, step: int, fingerprints: np.ndarray,
                 names: Sequence[str]) -> list[Anomaly]:
@@ -58,6 +60,9 @@ class ReplicaCheck:
                        f"that differ from the {len(reference)} ranks that agree at step "
                        f"{step} (first in {where})")
         anomaly = Anomaly(REPLICA_MISMATCH, step, float(len(others)), None, message)
+        if len(others) == 1 and len(rows) > 2:          # a majority says which one it is
+            anomaly.origin_rank = others[0]
+            anomaly.origin_place = self._peers.places.get(others[0], (None, None))
         if self.rank not in reference:          # its weights are the ones not to keep
             anomaly.actions = [a for a in self._policy.actions_for(REPLICA_MISMATCH)
                                if a != "checkpoint"] or ["warn"]

@@ -51,6 +51,16 @@ def test_healthy_is_a_transient_fault_naming_rank_host_and_device():
     assert emitted[0][1]["reproduced"] is False
 
 
+def test_under_data_parallelism_the_fault_is_the_origin_ranks():
+    replays, _, _ = _replays(ReplayOutcome(loss=0.5, grad_norm=1.25, healthy=True))
+    found = [Anomaly("gradient_nonfinite", 7, math.nan, None, "gradients hold NaN",
+                     origin_rank=1, origin_place=("node-b", 5))]
+    fault = replays.review(_obs(7, loss=2.0), found)[-1]
+    assert (fault.kind, fault.origin_rank, fault.origin_place) == (
+        "transient_fault", 1, ("node-b", 5))
+    assert "a transient fault on rank 1 (host node-b, device 5)" in fault.message
+
+
 def test_different_but_anomalous_again_is_no_verdict():
     replays, _, _ = _replays(ReplayOutcome(loss=math.inf, grad_norm=2.0, healthy=False))
     [found] = replays.review(_obs(2), _found(2))

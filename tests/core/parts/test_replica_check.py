@@ -6,6 +6,7 @@ import numpy as np
 
 from mindwatch.anomaly import Anomaly
 from mindwatch.policy import Policy
+from mindwatch.ranks.peers import Peers
 from mindwatch.ranks.replicas import ReplicaCheck, replica_groups
 from mindwatch.settings import MonitorSettings
 
@@ -19,10 +20,12 @@ def _rows(n, differ=(), where=1):
     return rows
 
 
-def _check(rank):
+def _check(rank, world=4):
     acted: list[Anomaly] = []
-    return ReplicaCheck(rank=rank, policy=Policy(MonitorSettings().policies),
-                        act=acted.extend), acted
+    peers = Peers(rank=rank, world_size=world, policy=Policy(MonitorSettings().policies),
+                  straggler_window=8, straggler_factor=3.0)
+    peers.places = {2: ("node-c", 1)}
+    return ReplicaCheck(peers=peers, act=acted.extend), acted
 
 
 def test_agreeing_replicas_raise_nothing_and_nan_equals_nan():
@@ -40,11 +43,13 @@ def test_the_minority_differs_from_the_majority_on_every_rank():
         assert found.message == ("rank 2 holds weights and optimizer state that differ from "
                                  "the 3 ranks that agree at step 2000 (first in b.weight)")
         assert found.actions == ([] if rank != 2 else ["stop"])    # policy's, or no checkpoint
+        assert (found.origin_rank, found.origin_place) == (2, ("node-c", 1))
 
 
 def test_two_ranks_name_which_differs_from_which_and_ties_keep_rank_0():
-    [found] = _check(1)[0].observe(step=8, fingerprints=_rows(2, differ=[1], where=2),
-                                   names=NAMES)
+    [found] = _check(1, world=2)[0].observe(step=8, fingerprints=_rows(2, differ=[1], where=2),
+                                            names=NAMES)
+    assert found.origin_rank is None                     # no majority: no culprit named
     assert found.message == ("rank 1's weights and optimizer state differ from rank 0's at "
                              "step 8 (first in moment1.a.weight); with two ranks the majority "
                              "is unknown: rank 0's are kept")
