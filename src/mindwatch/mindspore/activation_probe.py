@@ -78,7 +78,7 @@ def _probed_class(cls: type) -> type:
         construct = (_probed_attention_construct if issubclass(cls, nn.MultiheadAttention)
                      else _probed_construct)
         probed = type(cls.__name__, (cls,), {
-            "construct": construct, "mindwatch_inner_construct": cls.construct,
+            "construct": construct, "mindwatch_inner_construct": cls.construct,  # type: ignore[attr-defined]
             "__module__": cls.__module__, "__qualname__": cls.__qualname__})
         _PROBED[cls] = probed
     return probed
@@ -116,7 +116,7 @@ class ActivationProbes:
                  attention_logits: Sequence[str] | None = None):
         outputs = _patterns("activations", activations)
         logits = _patterns("attention_logits", attention_logits)
-        named = {}
+        named: dict[str, nn.Cell] = {}
         for name, cell in sub_cells(network):
             named.setdefault(name, cell)        # a Cell reachable twice keeps its first name
         self.cells: dict[str, nn.Cell] = {}

@@ -80,7 +80,8 @@ class RankConsensus:
         slots[self.rank * width:(self.rank + 1) * width] = vector
         return self._reduce(ms.Tensor(slots)).asnumpy().reshape(n, width)
 
-    def places(self, host: str, device: int | None) -> dict[int, tuple[str, int | None]]:
+    def places(self, host: str, device: int | None
+               ) -> dict[int, tuple[str | None, int | None]]:
         """Every rank's host and device, from one SUM all-reduce (byte values and small
         integers are exact in float32); a device of -1 is unknown."""
         n, width = self.world_size, _HOST_BYTES + 1
@@ -90,7 +91,7 @@ class RankConsensus:
         vector[start:start + len(name)] = np.frombuffer(name, np.uint8)
         vector[start + _HOST_BYTES] = -1 if device is None else device
         total = self._reduce(ms.Tensor(vector)).asnumpy()
-        found = {}
+        found: dict[int, tuple[str | None, int | None]] = {}
         for rank in range(n):
             row = total[rank * width:(rank + 1) * width]
             text = bytes(int(b) for b in row[:_HOST_BYTES] if b > 0).decode("utf-8", "replace")

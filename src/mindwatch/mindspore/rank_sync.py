@@ -47,8 +47,11 @@ class RankSync:
             self._compare_replicas(step, train_cell)
 
     def _compare_replicas(self, step: int, train_cell: Any) -> None:
+        consensus = self._consensus
+        if consensus is None:
+            return
         fingerprinter = self._fingerprinter
         if fingerprinter is None or fingerprinter.cell is not train_cell:
             fingerprinter = self._fingerprinter = Fingerprinter(train_cell)
-        rows = self._consensus.gather(fingerprinter.vector())
+        rows = consensus.gather(fingerprinter.vector())
         self.monitor.replicas.observe(step=step, fingerprints=rows, names=fingerprinter.names)

@@ -54,15 +54,17 @@ class StateSteps:
                    for quantity, block in layout.split(values).items()}
         grouping = self._layers(layout.names)
         per_quantity = {quantity: grouping.norms(block) for quantity, block in squares.items()}
-        layers: dict[str, dict[str, float]] = {}
+        layers: dict[str, dict[str, float | None]] = {}
         for layer in grouping.layers:
             # a quantity the vector lacks is null (host_state.py: no update, maybe no grads)
-            entry = {LayerState.UPDATE_NORM: None, LayerState.GRAD_NORM: None}
+            entry: dict[str, float | None] = {LayerState.UPDATE_NORM: None,
+                                              LayerState.GRAD_NORM: None}
             entry.update({_LAYER_FIELDS[quantity]: norms[layer]
                           for quantity, norms in per_quantity.items()})
             update = entry[LayerState.UPDATE_NORM]
-            entry[LayerState.UPDATE_RATIO] = None if update is None else ratio(
-                update, entry[LayerState.WEIGHT_NORM])
+            weight = entry[LayerState.WEIGHT_NORM]
+            entry[LayerState.UPDATE_RATIO] = None if update is None or weight is None else \
+                ratio(update, weight)
             layers[layer] = entry
         return {"step": step,
                 State.WEIGHT_NORM: math.sqrt(float(squares[WEIGHT].sum())),

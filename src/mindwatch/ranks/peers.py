@@ -95,11 +95,12 @@ class Peers:
 def origin_rank(norms: Sequence[float | None]) -> int | None:
     """The one rank whose local norm is not finite, or finite and ORIGIN_FACTOR times every
     other's; None when no single rank stands out (all of them bad, or several)."""
-    if any(v is None for v in norms):
+    known = [v for v in norms if v is not None]
+    if len(known) < len(norms):
         return None
-    bad = [r for r, v in enumerate(norms) if not math.isfinite(v)]
+    bad = [r for r, v in enumerate(known) if not math.isfinite(v)]
     if bad:
         return bad[0] if len(bad) == 1 else None
-    top = max(range(len(norms)), key=lambda r: norms[r])
-    rest = max(v for r, v in enumerate(norms) if r != top)
-    return top if norms[top] > ORIGIN_FACTOR * rest else None
+    top = max(range(len(known)), key=known.__getitem__)
+    rest = max(v for r, v in enumerate(known) if r != top)
+    return top if known[top] > ORIGIN_FACTOR * rest else None

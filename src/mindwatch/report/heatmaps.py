@@ -94,7 +94,8 @@ def heatmap(states: StateColumns, quantity: str, title: str, rank: int,
     span = high - low
     cells = bytes(_code(value, low, span) for row in grid for value in row)
     rows = {name: i for i, name in enumerate(names)}
-    marks, ticks = [], []
+    marks: list[dict[str, Any]] = []
+    ticks: list[dict[str, Any]] = []
     for a in anomalies:
         step = a.get(Anomaly.STEP)
         if type(step) is not int or a.get(Common.RANK) != rank or len(marks) >= MAX_MARKS:
@@ -105,7 +106,7 @@ def heatmap(states: StateColumns, quantity: str, title: str, rank: int,
         kind = a.get(Anomaly.ANOMALY)
         entry = {"col": column, "step": step, "kind": kind,
                  "message": str(a.get(Anomaly.MESSAGE))}
-        if MARKED_ON.get(kind) == quantity and a.get(Anomaly.LAYER) in rows:
+        if MARKED_ON.get(str(kind)) == quantity and a.get(Anomaly.LAYER) in rows:
             marks.append({**entry, "row": rows[a[Anomaly.LAYER]]})
         elif kind not in MARKED_ON:
             ticks.append(entry)

@@ -63,9 +63,10 @@ def run_demo(*, out: str | None = None, steps: int = 300, inject: Injection | No
         seed=seed, steps=steps, wrap_loss=wrap_loss if inject else None,
         wrap_schedule=wrap_schedule if inject else None)
     monitor = TrainMonitor(run_dir, stream=stream, print_interval=print_interval, **settings)
-    watched = {} if monitor.settings.state_interval is None else {
-        "activations": DEMO_ACTIVATIONS, "attention_logits": DEMO_ATTENTION_LOGITS}
-    train_step = monitor.wrap(net_with_loss, optimizer, per_layer_norms=True, **watched)
+    watching = monitor.settings.state_interval is not None
+    train_step = monitor.wrap(net_with_loss, optimizer, per_layer_norms=True,
+                              activations=DEMO_ACTIVATIONS if watching else None,
+                              attention_logits=DEMO_ATTENTION_LOGITS if watching else None)
     callbacks = [monitor]
     if inject is not None:
         callbacks.insert(0, FaultInjector(inject, loss_box[0], schedule_box[0]))
