@@ -11,8 +11,9 @@ it finds: no compile, and nothing at all on the steps that were not withheld). T
 - healthy (within every bound the update was held to): the first result came from elsewhere,
   a transient fault of this device (silent data corruption, a flaky link), anomaly
   ``transient_fault`` naming rank, host and device; the update stays withheld;
-- different but anomalous again: the step is not deterministic (dropout, a random
-  augmentation) and the replay proves nothing; said so.
+- different but anomalous again: the same batch fails again, so the data or the model is
+  the likely cause; not bit-identically, because the step is not deterministic (dropout,
+  multi-threaded CPU reductions: measured on this CPU in a few of faults.py's withheld steps).
 
 Under data parallelism every rank withholds the same steps (the verdict is shared in the
 graph), so every rank replays them and the replay's collectives pair up.
@@ -67,9 +68,9 @@ class Replays:
             Replay.REPLAY_GRAD_NORM: outcome.grad_norm, Replay.HEALTHY: outcome.healthy})
         numbers = (f"loss {fmt.number(first_loss)} then {fmt.number(outcome.loss)}, gradient "
                    f"norm {fmt.number(first_norm)} then {fmt.number(outcome.grad_norm)}")
+        where = f"step {obs.step - self._epoch_first_step + 1} of epoch {obs.epoch}" \
+            if obs.epoch is not None else f"step {obs.step}"
         if reproduced:
-            where = f"step {obs.step - self._epoch_first_step + 1} of epoch {obs.epoch}" \
-                if obs.epoch is not None else f"step {obs.step}"
             note = (f"; computed again on the same batch and weights it came out "
                     f"bit-identical: the batch ({where}) or the model's state is the cause, "
                     f"not the device")
@@ -87,9 +88,10 @@ class Replays:
                 f"device {place[1]}) is likely (silent data corruption or a flaky link); the "
                 "update stays withheld", origin_rank=rank, origin_place=place))
         else:
-            note = (f"; computed again on the same batch and weights it came out different "
-                    f"and anomalous again ({numbers}): the step is not deterministic "
-                    "(dropout?), so the replay cannot tell the data from the device")
+            note = (f"; computed again on the same batch and weights it failed again, though "
+                    f"not bit-identically ({numbers}: dropout, or kernels that are not "
+                    f"deterministic here): the batch ({where}) or the model's state is the "
+                    "likely cause, not a transient fault")
         for anomaly in found:
             if anomaly.kind != TRANSIENT_FAULT:
                 anomaly.message += note
