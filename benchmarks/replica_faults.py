@@ -33,6 +33,7 @@ def worker(log_dir: str, scenario: str) -> None:
     from mindspore import nn, ops
     from mindspore.communication import get_rank, init
 
+    from faults import OneShotFault  # this folder: the one-shot Cell faults.py uses
     from mindwatch.mindspore import TrainMonitor
 
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -43,24 +44,13 @@ def worker(log_dir: str, scenario: str) -> None:
     ms.set_seed(0)
     net = nn.SequentialCell(nn.Dense(16, 64), nn.ReLU(), nn.Dense(64, 1))
 
-    class OneShot(nn.Cell):
-        def __init__(self, loss):
-            super().__init__(auto_prefix=False)
-            self.loss = loss
-            self.armed = ms.Parameter(ms.Tensor(0.0, ms.float32), name="armed",
-                                      requires_grad=False)
-
-        def construct(self, *inputs):
-            out = self.loss(*inputs) / (1.0 - self.armed)
-            return ops.depend(out, ops.assign(self.armed, ops.zeros((), ms.float32)))
-
     class Fault(ms.train.Callback):
         def on_train_step_begin(self, run_context):
             cb = run_context.original_args()
             if rank != 1 or cb.cur_step_num != FAULT_STEP:
                 return
             if scenario == "one_shot":
-                ops.assign(loss.armed, ms.Tensor(1.0, ms.float32))
+                ops.assign(loss.fault_armed, ms.Tensor(1.0, ms.float32))
             elif scenario == "bit_flip":
                 weight = cb.train_network.weights[0]
                 bits = weight.asnumpy().copy().view(np.uint32)
@@ -70,7 +60,7 @@ def worker(log_dir: str, scenario: str) -> None:
     rng = np.random.default_rng(rank)
     x = rng.standard_normal((STEPS * 8, 16)).astype(np.float32)
     y = (x @ np.linspace(-1, 1, 16, dtype=np.float32).reshape(16, 1)).astype(np.float32)
-    loss = OneShot(nn.WithLossCell(net, nn.MSELoss()))
+    loss = OneShotFault(nn.WithLossCell(net, nn.MSELoss()))
     monitor = TrainMonitor(log_dir, stream=io.StringIO(), hardware_interval_s=None,
                            on_anomaly="warn", consistency_interval=CHECK_EVERY)
     model = ms.train.Model(monitor.wrap(loss, nn.Adam(net.trainable_params(), 1e-3)))

@@ -50,13 +50,6 @@ def dataset(n):
     return ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(BATCH)
 
 
-@pytest.fixture(params=[ms.GRAPH_MODE, ms.PYNATIVE_MODE], ids=["graph", "pynative"])
-def mode(request):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=request.param)
-    yield request.param
-    ms.set_context(mode=previous)
-
 
 def _copies(parameters):
     return {p.name: p.asnumpy().copy() for p in parameters}    # asnumpy shares memory

@@ -5,7 +5,6 @@ the anomaly names the batch. Healthy steps are never replayed."""
 import math
 
 import mindspore as ms
-import pytest
 from mindspore import nn, ops
 from mindspore.train import Callback, Model
 
@@ -15,13 +14,6 @@ from ms_helpers import make_regressor, regression_arrays, regression_dataset
 
 STEPS, BATCH, FAULT = 6, 8, 3
 
-
-@pytest.fixture(params=[ms.GRAPH_MODE, ms.PYNATIVE_MODE], ids=["graph", "pynative"])
-def mode(request):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=request.param)
-    yield request.param
-    ms.set_context(mode=previous)
 
 
 class FlakyOnce(nn.Cell):
@@ -133,28 +125,23 @@ def test_healthy_steps_are_never_replayed_and_replay_can_be_off(tmp_path):
     assert off.of_kind("replay") == [] and "computed again" not in off.anomalies[0]["message"]
 
 
-def test_the_functional_loop(tmp_path):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    try:
-        flaky, loss_fn = FlakyOnce(make_regressor()), nn.MSELoss()
-        optimizer = nn.Adam(flaky.trainable_params(), 1e-2)
-        monitor = TrainMonitor(str(tmp_path), hardware_interval_s=None,
-                               on_anomaly=WARN_NONFINITE)
+def test_the_functional_loop(tmp_path, pynative_mode):     # the tutorials' @ms.jit style
+    flaky, loss_fn = FlakyOnce(make_regressor()), nn.MSELoss()
+    optimizer = nn.Adam(flaky.trainable_params(), 1e-2)
+    monitor = TrainMonitor(str(tmp_path), hardware_interval_s=None,
+                           on_anomaly=WARN_NONFINITE)
 
-        def forward_fn(x, y):
-            return loss_fn(flaky(x), y)
+    def forward_fn(x, y):
+        return loss_fn(flaky(x), y)
 
-        step = monitor.jit_step(forward_fn, optimizer)
-        x, y = regression_arrays(STEPS * BATCH)
-        for n in range(1, STEPS + 1):
-            if n == FAULT:
-                ops.assign(flaky.armed, ms.Tensor(1.0, ms.float32))
-            batch = x[(n - 1) * BATCH:n * BATCH], y[(n - 1) * BATCH:n * BATCH]
-            monitor.observe(step=n, outputs=step(*(ms.Tensor(a) for a in batch)))
-        monitor.close()
-    finally:
-        ms.set_context(mode=previous)
+    step = monitor.jit_step(forward_fn, optimizer)
+    x, y = regression_arrays(STEPS * BATCH)
+    for n in range(1, STEPS + 1):
+        if n == FAULT:
+            ops.assign(flaky.armed, ms.Tensor(1.0, ms.float32))
+        batch = x[(n - 1) * BATCH:n * BATCH], y[(n - 1) * BATCH:n * BATCH]
+        monitor.observe(step=n, outputs=step(*(ms.Tensor(a) for a in batch)))
+    monitor.close()
     log = read_rank_log(str(tmp_path / "rank_0.jsonl"))
     assert [(a["step"], a["anomaly"]) for a in log.anomalies] == [
         (FAULT, "loss_nonfinite"), (FAULT, "gradient_nonfinite"), (FAULT, "transient_fault")]

@@ -17,13 +17,6 @@ INTERVAL, STEPS, BATCH = 2, 6, 8
 REL = 1e-5
 
 
-@pytest.fixture(params=[ms.GRAPH_MODE, ms.PYNATIVE_MODE], ids=["graph", "pynative"])
-def mode(request):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=request.param)
-    yield request.param
-    ms.set_context(mode=previous)
-
 
 def _optimizer(kind, params):
     if kind == "adamw":
@@ -153,30 +146,25 @@ def test_model_fit_with_a_validation_set(tmp_path):
         check_state(state, recorder.steps[state["step"]])
 
 
-def test_the_functional_loop(tmp_path):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)               # the tutorials' @ms.jit style
-    try:
-        net, loss_fn = make_regressor(), nn.MSELoss()
-        optimizer = nn.Adam(net.trainable_params(), 1e-2)
-        monitor = TrainMonitor(str(tmp_path), state_interval=INTERVAL,
-                               hardware_interval_s=None)
+def test_the_functional_loop(tmp_path, pynative_mode):     # the tutorials' @ms.jit style
+    net, loss_fn = make_regressor(), nn.MSELoss()
+    optimizer = nn.Adam(net.trainable_params(), 1e-2)
+    monitor = TrainMonitor(str(tmp_path), state_interval=INTERVAL,
+                           hardware_interval_s=None)
 
-        def forward_fn(x, y):
-            return loss_fn(net(x), y)
+    def forward_fn(x, y):
+        return loss_fn(net(x), y)
 
-        step = monitor.jit_step(forward_fn, optimizer)
-        x, y = regression_arrays(STEPS * BATCH)
-        seen = {}
-        for n in range(1, STEPS + 1):
-            batch = [x[(n - 1) * BATCH:n * BATCH], y[(n - 1) * BATCH:n * BATCH]]
-            before = _copies(optimizer.parameters)
-            outputs = step(*(ms.Tensor(a) for a in batch))
-            seen[n] = record(optimizer, before, batch, "moment1", "moment2")
-            monitor.observe(step=n, outputs=outputs)
-        monitor.close()
-    finally:
-        ms.set_context(mode=previous)
+    step = monitor.jit_step(forward_fn, optimizer)
+    x, y = regression_arrays(STEPS * BATCH)
+    seen = {}
+    for n in range(1, STEPS + 1):
+        batch = [x[(n - 1) * BATCH:n * BATCH], y[(n - 1) * BATCH:n * BATCH]]
+        before = _copies(optimizer.parameters)
+        outputs = step(*(ms.Tensor(a) for a in batch))
+        seen[n] = record(optimizer, before, batch, "moment1", "moment2")
+        monitor.observe(step=n, outputs=outputs)
+    monitor.close()
     states = read_rank_log(str(tmp_path / "rank_0.jsonl")).of_kind("state")
     assert [s["step"] for s in states] == [2, 4, 6]
     for state in states:

@@ -45,6 +45,20 @@ def _chromium(browser, profile, *args, timeout=90):
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 
+def _clean_dom(browser, tmp_path, page):
+    """The DOM of ``page`` after its scripts ran, asserting that the browser logged nothing
+    to the console (the page logs nothing when healthy) and the page showed no error."""
+    result = _chromium(browser, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
+                       "--window-size=1400,1000", "--dump-dom", page.as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
+    assert console == [], console
+    errors = re.search(r'<div id="errors" class="errors">(.*?)</div>', dom, re.S)
+    assert errors and errors.group(1) == "", errors.group(1) if errors else dom[:2000]
+    return dom
+
+
 @pytest.fixture
 def report(tmp_path, clock):
     """Two ranks, hardware samples, a NaN loss, an explosion and a hostile anomaly message."""
@@ -98,14 +112,7 @@ def test_page_loads_without_errors_and_renders_every_panel(browser, report, tmp_
     probed = path.with_name("probed.html")
     probed.write_text(path.read_text(encoding="utf-8").replace("</body>", HOVER + "</body>"),
                       encoding="utf-8")
-    result = _chromium(browser, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
-                       "--window-size=1400,1000", "--dump-dom", probed.as_uri())
-    assert result.returncode == 0, result.stderr[-2000:]
-    dom = result.stdout
-    console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
-    assert console == [], console                        # the page logs nothing when healthy
-    errors = re.search(r'<div id="errors" class="errors">(.*?)</div>', dom, re.S)
-    assert errors and errors.group(1) == "", errors.group(1) if errors else dom[:2000]
+    dom = _clean_dom(browser, tmp_path, probed)
     rendered = re.search(r'<main id="report" data-rendered="(\d+)"', dom)
     assert rendered and int(rendered.group(1)) == len(data["panels"]) == 12
     for panel in data["panels"]:
@@ -157,13 +164,7 @@ def test_runs_compared_in_one_page(browser, two_runs, tmp_path):
     dirs, runs = two_runs
     path = tmp_path / "compare.html"
     path.write_text(render_compare(runs, run_labels(dirs)), encoding="utf-8")
-    result = _chromium(browser, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
-                       "--window-size=1400,1000", "--dump-dom", path.as_uri())
-    assert result.returncode == 0, result.stderr[-2000:]
-    dom = result.stdout
-    assert [line for line in result.stderr.splitlines() if ":CONSOLE" in line] == []
-    errors = re.search(r'<div id="errors" class="errors">(.*?)</div>', dom, re.S)
-    assert errors and errors.group(1) == "", errors.group(1) if errors else dom[:2000]
+    dom = _clean_dom(browser, tmp_path, path)
     rendered = re.search(r'<main id="report" data-rendered="(\d+)"', dom)
     assert rendered and int(rendered.group(1)) == 7        # 5 panels + 2 spreads of lr-low
     legend = re.search(r'<div class="legend">(.*?)</div>', _panel(dom, "lr"), re.S).group(1)
@@ -227,13 +228,7 @@ def state_report(tmp_path, clock):
 def test_state_heatmaps_render_with_the_anomalies_marked(browser, state_report, tmp_path):
     run, path = state_report
     assert sorted(a["anomaly"] for a in run.anomalies) == ["attention_logit", "update_ratio"]
-    result = _chromium(browser, tmp_path / "profile", "--enable-logging=stderr", "--v=0",
-                       "--window-size=1400,1000", "--dump-dom", path.as_uri())
-    assert result.returncode == 0, result.stderr[-2000:]
-    dom = result.stdout
-    assert [line for line in result.stderr.splitlines() if ":CONSOLE" in line] == []
-    errors = re.search(r'<div id="errors" class="errors">(.*?)</div>', dom, re.S)
-    assert errors and errors.group(1) == "", errors.group(1) if errors else dom[:2000]
+    dom = _clean_dom(browser, tmp_path, path)
     assert re.search(r'data-heatmaps="(\d+)"', dom).group(1) == "5"
     canvases = {section: dict(re.findall(r'(data-[\w-]+)="([^"]*)"', attrs))
                 for section, attrs in re.findall(
