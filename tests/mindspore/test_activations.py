@@ -257,3 +257,28 @@ def test_grown_query_weights_are_an_attention_logit_anomaly_naming_the_cell(tmp_
         "attention_logit", 2, "enc.self_attn", ["warn"])
     assert found["value"] == first["activations"]["enc.self_attn"]["max_logit"] > 50.0
     assert log.end["reason"] == "completed" and len(log.steps) == STEPS
+
+
+def test_a_cell_shared_by_two_parents_is_probed_once_with_what_both_names_asked():
+    shared = nn.Dense(2, 2)
+
+    class Holder(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.x = shared
+
+        def construct(self, v):
+            return self.x(v)
+
+    class Twice(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.p, self.q = Holder(), Holder()
+
+        def construct(self, v):
+            return self.q(self.p(v))
+
+    from mindwatch.mindspore.activation_probe import LOGITS_FROM_OUTPUT, ActivationProbes
+    probes = ActivationProbes(Twice(), activations=["p.x"], attention_logits=["q.x"])
+    assert list(probes.cells) == ["p.x"]
+    assert shared.mindwatch_outputs is True and shared.mindwatch_logits == LOGITS_FROM_OUTPUT

@@ -131,9 +131,9 @@ class ActivationProbes:
                     self._probe(name, named[name], outputs=what == "activations")
 
     def _probe(self, name: str, cell: nn.Cell, *, outputs: bool) -> None:
-        if name not in self.cells:
-            if id(cell) in {id(c) for c in self.cells.values()}:
-                return
+        # a Cell shared by two parents has two names: it is probed once, under the first,
+        # and what either pattern asked for is set on it
+        if not any(known is cell for known in self.cells.values()):
             if not hasattr(cell, "mindwatch_stats"):
                 try:
                     cell.__class__ = _probed_class(type(cell))
