@@ -20,7 +20,18 @@ can be compared on the same run log. Scenarios inject a fault at step FAULT_STEP
     one_shot_fault  the loss divided by zero once, by a Cell that disarms itself inside the
                     graph: a device's transient fault (the same step computed again is
                     healthy); every run trains through that Cell, disarmed
+    throughput_drop every step takes longer from the fault on: a callback inside the step
+                    waits the run's own median step time (measured on steps 10-50), at least
+                    10 ms, so the step takes twice as long (a device throttled to half speed)
+    data_bound      the input pipeline slows from the fault's batch on: a dataset map waits 3x
+                    the run's median step time (at least 20 ms) per batch, so the devices
+                    wait for it
+    memory_growth   4 MB of host memory kept every step from the fault on (a leak); every
+                    step of this scenario lasts at least MEMORY_STEP_S, so that the leak is
+                    seen in real time by the hardware sampler
 
+Every run samples the hardware every HARDWARE_INTERVAL_S and judges memory over the last
+MEMORY_WINDOW_S (memory_growth_window_s): the benchmark's runs last seconds, not hours.
 State records every STATE_INTERVAL steps (the update_ratio rule reads them; the LM's runs
 watch every block's attention logits, for the attention_logit rule). For layer_lr_50x and
 query_scale the benchmark also prints how many steps ahead of the loss's divergence (the
@@ -34,7 +45,7 @@ Baselines, written as plain rules over the same step records:
 Detected = the rule fires within HORIZON steps from the fault; latency = first alarm step -
 fault step; false alarms = alarms in healthy runs plus alarms before the fault.
 
-    python benchmarks/faults.py [--seeds 3] [--steps 200]
+    python benchmarks/faults.py [--seeds 3] [--steps 200] [--only data_bound,memory_growth]
 
 What each policy makes of the same faults (final loss, steps lost): benchmarks/recovery.py.
 """
@@ -43,9 +54,11 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import mmap
 import statistics
 import sys
 import tempfile
+import time
 from collections import defaultdict
 
 import mindspore as ms
@@ -62,7 +75,8 @@ from mindwatch.runlog import read_rank_log
 FAULT_STEP = 100
 HORIZON = 80          # slow divergence needs ~40 steps to show in the loss
 SCENARIOS = ("healthy", "lr_spike", "nan_batch", "poisoned_batch", "slow_divergence",
-             "vanishing", "layer_lr_50x", "query_scale", "one_shot_fault")
+             "vanishing", "layer_lr_50x", "query_scale", "one_shot_fault", "throughput_drop",
+             "data_bound", "memory_growth")
 AHEAD = ("layer_lr_50x", "query_scale")     # scenarios whose lead on the loss is printed
 INSIDE = ("update_ratio", "attention_logit")  # the rules that read state records
 STATE_INTERVAL = 10
@@ -70,6 +84,9 @@ FAST_LAYER = {"tinygpt": "blocks.1.mlp.", "mlp": "body.2."}
 LAYER_LR_FACTOR = 50.0
 QUERY_LAYER, QUERY_GROWTH = "blocks.0.attn.qkv.", 1.1
 ATTENTION_LOGITS = {"tinygpt": ["blocks.*.attn.scores"], "mlp": None}
+HARDWARE_INTERVAL_S, MEMORY_WINDOW_S = 0.02, 1.0
+MEMORY_STEP_S, LEAK_BYTES = 0.02, 4 * 2**20
+PACE_STEPS = range(10, 51)          # the steps whose median sets the slowdowns' size
 
 
 class OneShotFault(nn.Cell):
@@ -87,8 +104,37 @@ class OneShotFault(nn.Cell):
         return ms.ops.depend(out, ms.ops.assign(self.fault_armed, ms.ops.zeros((), ms.float32)))
 
 
+# What the dataset map reads: MindSpore copies the map's callable into its pipeline, so it
+# cannot read the Knobs object the training loop updates.
+SLOW_DATA = {"scenario": None, "seconds": 0.02}
+
+
+class SlowBatches:
+    """A dataset map that passes each batch on, waiting SLOW_DATA["seconds"] per batch from
+    the fault's batch on (data_bound): the input pipeline falls behind the step."""
+
+    def __init__(self):
+        self.batches = 0
+
+    def __call__(self, column):
+        self.batches += 1
+        if self.batches >= FAULT_STEP and SLOW_DATA["scenario"] == "data_bound":
+            time.sleep(SLOW_DATA["seconds"])
+        return column
+
+
+def leak(size):
+    """``size`` bytes of new, touched (resident) memory: an anonymous mapping of its own, so
+    the allocator cannot hand back memory an earlier run freed (which is resident already)."""
+    block = mmap.mmap(-1, size)
+    block.write(b"\1" * size)
+    return block
+
+
 class Knobs(Callback):
-    """Sets the injection knobs before each step (cur_step_num is the step about to run)."""
+    """Sets the injection knobs before each step (cur_step_num is the step about to run).
+    Before the monitor in the callback list: what it does in ``on_train_step_end`` is inside
+    the step's compute time as mindwatch measures it."""
 
     def __init__(self, scenario, loss, schedule, data_poisoned, layer_schedule, optimizer,
                  one_shot):
@@ -96,8 +142,28 @@ class Knobs(Callback):
         self.data_poisoned = data_poisoned      # the regressor poisons its data instead
         self.layer_schedule = layer_schedule    # FAST_LAYER's group
         self.query = [p for p in optimizer.parameters if p.name.startswith(QUERY_LAYER)]
+        self.durations, self.began = [], None
+        self.slow_compute_s = 0.01
+        SLOW_DATA.update(scenario=scenario, seconds=0.02)
+        self.leaked = []
+
+    def on_train_step_end(self, run_context):
+        step = run_context.original_args().cur_step_num
+        if step in PACE_STEPS:
+            self.durations.append(time.perf_counter() - self.began)
+            if step == PACE_STEPS[-1]:
+                pace = statistics.median(self.durations)
+                self.slow_compute_s = max(pace, 0.01)
+                SLOW_DATA["seconds"] = max(3 * pace, 0.02)
+        if self.scenario == "throughput_drop" and step >= FAULT_STEP:
+            time.sleep(self.slow_compute_s)
+        if self.scenario == "memory_growth":
+            if step >= FAULT_STEP:
+                self.leaked.append(leak(LEAK_BYTES))
+            time.sleep(max(MEMORY_STEP_S - (time.perf_counter() - self.began), 0.0))
 
     def on_train_step_begin(self, run_context):
+        self.began = time.perf_counter()
         step = run_context.original_args().cur_step_num
         factor, poison, lr_factor = 1.0, 0.0, 1.0
         at = step == FAULT_STEP
@@ -208,12 +274,16 @@ def run_one(arch, scenario, seed, steps, workdir, policy="warn", **settings):
     optimizer, layer_schedule = with_layer_group(optimizer, schedule, FAST_LAYER[arch])
     run_dir = tempfile.mkdtemp(dir=workdir)
     monitor = TrainMonitor(run_dir, on_anomaly=policy, stream=io.StringIO(),
-                           hardware_interval_s=None,
-                           **{"state_interval": STATE_INTERVAL, **settings})
+                           **{"state_interval": STATE_INTERVAL,
+                              "hardware_interval_s": HARDWARE_INTERVAL_S,
+                              "memory_growth_window_s": MEMORY_WINDOW_S, **settings})
     one_shot = OneShotFault(loss)
     model = ms.train.Model(monitor.wrap(one_shot, optimizer,
                                         attention_logits=ATTENTION_LOGITS[arch]))
     knobs = Knobs(scenario, loss, schedule, poisons_data, layer_schedule, optimizer, one_shot)
+    # one worker: the map's default several would wait side by side and keep up
+    data = data.map(SlowBatches(), input_columns=data.get_col_names()[:1],
+                    python_multiprocessing=False, num_parallel_workers=1)
     model.train(1, data, callbacks=[knobs, monitor], dataset_sink_mode=False)
     return read_rank_log(f"{run_dir}/rank_0.jsonl")
 
@@ -257,6 +327,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--only", default=None, metavar="A,B",
+                        help="run only these scenarios (healthy always runs)")
     parser.add_argument("--recovery", action="store_true",
                         help="compare the policies instead (recovery.py, which takes --arch)")
     args, rest = parser.parse_known_args(argv)
@@ -272,8 +344,11 @@ def main(argv=None) -> int:
     first_kinds = defaultdict(lambda: defaultdict(int))
     verdicts = defaultdict(lambda: defaultdict(int))    # (arch, scenario) -> verdict -> n
     ahead = []  # AHEAD: (arch, scenario, seed, first alarm, its kind, divergence, step rules')
+    chosen = None if args.only is None else {"healthy", *args.only.split(",")}
     for arch in ARCHITECTURES:
         for scenario in scenarios(arch):
+            if chosen is not None and scenario not in chosen:
+                continue
             for seed in range(args.seeds):
                 log = run_one(arch, scenario, seed, args.steps, workdir)
                 anomalies = log.anomalies

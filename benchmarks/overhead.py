@@ -10,15 +10,17 @@ bare chunk of the same round), against the bare train step with no callbacks. Th
 configurations are also compared, the same way, with TrainMonitor+wrap without sampler, and
 TrainMonitor+wrap with the bare step whose update sits inside the same kind of graph `if`
 (MindSpore's own cost of withholding an update in the graph).
-Then the cost of one sample of each hardware probe.
+Then the host cost per step of the trend rules beside every rule's (``--only rules``: that
+alone), and the cost of one sample of each hardware probe.
 
     python benchmarks/overhead.py [--chunks 12] [--steps-per-chunk 40] [--d-model 64 --layers 2]
-                                  [--only wrap]
+                                  [--only wrap] [--only rules]
 """
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -136,6 +138,50 @@ def fingerprint_cost(model, repeats=20):
     return (time.perf_counter() - start) / repeats
 
 
+def trend_costs(steps=20000, steps_per_sample=20):
+    """Host microseconds per step of the three trend rules (throughput_drop, data_bound,
+    memory_growth) on a run with one hardware sample every ``steps_per_sample`` steps (2 s
+    samples of 100 ms steps), beside the whole default rule set's, on prebuilt observations:
+    what the rules cost on the training thread, with nothing else in the measurement."""
+    from mindwatch.detectors import (
+        DataBoundDetector,
+        MemoryGrowthDetector,
+        ThroughputDropDetector,
+        build_detectors,
+    )
+    from mindwatch.observation import HardwareSample, StepObservation
+    from mindwatch.settings import MonitorSettings
+    rng = random.Random(0)
+    observations = [StepObservation(step=i, loss=2.0 + rng.random() * 0.1, lr=1e-3,
+                                    grad_norm=1.0 + rng.random() * 0.1,
+                                    step_time_s=0.1 + rng.random() * 0.01,
+                                    data_time_s=0.005 + rng.random() * 0.001,
+                                    samples_per_s=320.0, segment_step=i)
+                    for i in range(1, steps + 1)]
+    samples = [HardwareSample(time=2.0 * i, rss_gb=4.0 + rng.random() * 0.01,
+                              mem_available_gb=100.0, segment_steps=i * steps_per_sample)
+               for i in range(steps // steps_per_sample)]
+    trend = (ThroughputDropDetector, DataBoundDetector, MemoryGrowthDetector)
+
+    def per_step(chosen):
+        start = time.perf_counter()
+        for index, obs in enumerate(observations):
+            for detector in chosen:
+                detector.update(obs)
+            if index % steps_per_sample == 0:
+                for detector in chosen:
+                    detector.update_hardware(samples[index // steps_per_sample])
+        return (time.perf_counter() - start) / steps * 1e6
+
+    costs = {}
+    for name, pick in (("the three trend rules", lambda d: isinstance(d, trend)),
+                       ("every default rule", lambda d: True)):
+        runs = [per_step([d for d in build_detectors(MonitorSettings()) if pick(d)])
+                for _ in range(5)]
+        costs[name] = statistics.median(runs)
+    return costs
+
+
 def probe_costs(repeats=50):
     """Wall time of one sample() per probe, on this thread (the sampler's own cost)."""
     from mindwatch.hardware.framework_memory import FrameworkMemoryProbe
@@ -173,6 +219,10 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default=None, help="run only the configurations whose name "
                         "contains this text (the bare baseline always runs), e.g. 'wrap'")
     args = parser.parse_args(argv)
+    if args.only == "rules":              # the rules' host cost alone, no training
+        for name, micros in trend_costs().items():
+            print(f"{name:<46}{micros:>8.2f} us/step")
+        return 0
     MODEL.update(d_model=args.d_model, n_layers=args.layers, n_heads=4, d_ff=2 * args.d_model)
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -244,6 +294,10 @@ def main(argv=None) -> int:
                   f"{seconds * 1e3:.2f} ms = {seconds / step_s:.2f} steps; at the default "
                   f"interval ({DEFAULT_CONSISTENCY_INTERVAL}): "
                   f"{seconds / step_s / DEFAULT_CONSISTENCY_INTERVAL:.3%} of a step")
+        print("\nhost cost of the rules per step (prebuilt observations, a hardware sample every "
+              "20 steps; median of 5 runs of 20000 steps):")
+        for name, micros in trend_costs().items():
+            print(f"  {name:<46}{micros:>8.2f} us/step")
         print("\ncost of one sample() per probe (on the sampler thread, never on the step):")
         for name, seconds in probe_costs().items():
             print(f"  {name:<46}{seconds * 1e3:>8.3f} ms")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 LOSS_NONFINITE = "loss_nonfinite"
 GRADIENT_NONFINITE = "gradient_nonfinite"
@@ -25,12 +26,17 @@ ATTENTION_LOGIT = "attention_logit"
 TRANSIENT_FAULT = "transient_fault"
 # Data-parallel replicas whose weights or optimizer state differ (ranks/replicas.py).
 REPLICA_MISMATCH = "replica_mismatch"
+# A run that slowly gets worse (detectors/throughput_drop.py, data_bound.py, memory_growth.py).
+THROUGHPUT_DROP = "throughput_drop"
+MEMORY_GROWTH = "memory_growth"
+DATA_BOUND = "data_bound"
 
 # Stable strings (docs/log-format.md), in the order a report lists them.
 ANOMALY_KINDS = (
     LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, LOSS_SPIKE,
     GRAD_SPIKE, LOSS_RISING, LR_ANOMALY, OVERHEAT, MEMORY_PRESSURE, STRAGGLER, PEER_STOP, HANG,
-    UPDATE_RATIO, ATTENTION_LOGIT, TRANSIENT_FAULT, REPLICA_MISMATCH,
+    UPDATE_RATIO, ATTENTION_LOGIT, TRANSIENT_FAULT, REPLICA_MISMATCH, THROUGHPUT_DROP,
+    MEMORY_GROWTH, DATA_BOUND,
 )
 
 # Reasons to stop that are not anomalies: no anomaly record, the end record says why.
@@ -63,6 +69,9 @@ class Anomaly:
     # The rank whose own gradients caused a gradient anomaly, and where it runs.
     origin_rank: int | None = None
     origin_place: tuple[str | None, int | None] | None = None     # (host, device)
+    # More fields of the anomaly record, plain JSON (records.Anomaly names them): where the
+    # time went (throughput_drop), which memory and when it runs out (memory_growth).
+    fields: dict[str, Any] = field(default_factory=dict)
 
     @property
     def first_step(self) -> int | None:

@@ -35,6 +35,7 @@ from .pipeline.loss_stats import LossStats
 from .pipeline.segment import CurrentSegment
 from .pipeline.state_input import StateInput
 from .pipeline.throughput import Throughput
+from .pipeline.timing import StepTiming
 from .pipeline.writer import RecordWriter
 from .policy import Policy
 from .ranks.decisions import RankDecisions
@@ -104,10 +105,11 @@ class Monitor:
         self.versions = {Versions.MINDWATCH: __version__, Versions.MINDSPORE: None,
                          Versions.PYTHON: platform.python_version(), **self.framework.versions}
         self.policy = Policy(self.settings.policies, signal=self.settings.on_signal)
+        self.detectors: list[Detector] = build_detectors(self.settings, self.rank)
         self.peers = Peers(rank=self.rank, world_size=self.world_size, policy=self.policy,
                            straggler_window=self.settings.straggler_window,
-                           straggler_factor=self.settings.straggler_factor)
-        self.detectors: list[Detector] = build_detectors(self.settings)
+                           straggler_factor=self.settings.straggler_factor,
+                           detectors=self.detectors)
         # on_anomaly "skip": the limits handed to wrap's graph, the actions, escalation.
         self.skips = SkipGuard.from_detectors(self.policy, max_skips=self.settings.max_skips,
                                               detectors=self.detectors)
@@ -125,8 +127,9 @@ class Monitor:
         self.responder = Responder(log_dir=self.log_dir, rank=self.rank, policy=self.policy,
                                    framework=self.framework)
         self.loss_stats = LossStats(self.settings.loss_smoothing)
-        self.throughput = Throughput(self.settings.tokens_per_sample,
-                                     self.settings.flops_per_token, self.settings.peak_tflops)
+        self._timing = StepTiming(Throughput(self.settings.tokens_per_sample,
+                                             self.settings.flops_per_token,
+                                             self.settings.peak_tflops), self.clock)
         # Timing starts at construction, so a custom loop's first step has a duration; an
         # explicit start() (the MindSpore adapter's, at train begin) restarts it.
         self._current = CurrentSegment(self.clock.perf_counter())
@@ -181,7 +184,9 @@ class Monitor:
         if self._current.segment.started:
             return
         self._current.segment.started = True
+        total_steps = self.settings.total_steps or total_steps
         self.console.total_steps = total_steps
+        self._timing.eta.begin(total_steps)
         self._hardware.start()
         self._writer.emit(records.RUN, {
             Run.SCHEMA: records.SCHEMA_VERSION, Run.WORLD_SIZE: self.world_size,
@@ -252,7 +257,8 @@ class Monitor:
                 grads_finite: bool | None = None, lr_groups: list[Any] | None = None,
                 layer_grad_norms: Mapping[str, Any] | None = None,
                 extra: Mapping[str, Any] | None = None,
-                local_grad_norms: Sequence[Any] | None = None) -> list[Anomaly]:
+                local_grad_norms: Sequence[Any] | None = None,
+                data_time_s: Any = None) -> list[Anomaly]:
         """Record one training step (or ``steps`` steps ending at ``step``).
 
         Args:
@@ -272,6 +278,8 @@ class Monitor:
                 replace a field ``observe`` computes (``loss``, ``step_time_s``, ...).
             local_grad_norms: every rank's gradient norm before the data-parallel reduction,
                 in rank order; a gradient anomaly names the rank it came from (origin_rank).
+            data_time_s: seconds between the previous step's end and this step's start
+                (fetching the batch, other host work): ``data_bound``, ``throughput_drop``.
 
         Returns the anomalies found at this step (empty when healthy); an anomaly whose
         ``stops`` is true asks the loop to stop after this step.
@@ -282,20 +290,12 @@ class Monitor:
         observation = StepObservation.from_arguments(
             step=step, epoch=epoch, loss=loss, lr=lr, grad_norm=grad_norm,
             grads_finite=grads_finite, lr_groups=lr_groups, skipped=skipped, steps=steps,
-            layer_grad_norms=layer_grad_norms, extra=extra, local_grad_norms=local_grad_norms)
+            layer_grad_norms=layer_grad_norms, extra=extra, local_grad_norms=local_grad_norms,
+            data_time_s=data_time_s)
         self._ensure_started()
-        segment = self._current.segment
-        now = self.clock.perf_counter()
-        if step_time_s is None:
-            step_time_s = (now - segment.last_perf) / steps
-        segment.last_perf = now
+        now = self._timing.fill(observation, self._current.segment, step_time_s=step_time_s,
+                                batch_size=batch_size or self.settings.batch_size)
         self._hangs.beat(now, step)
-        batch_size = batch_size or self.settings.batch_size
-        observation.step_time_s, observation.time = step_time_s, self.clock.time()
-        if batch_size and step_time_s:
-            observation.samples_per_s = batch_size / step_time_s
-        observation.tokens_per_s, observation.mfu = self.throughput.rates(
-            observation.samples_per_s)
         found = self._process(observation)
         self._stops.check_signal()
         self._stops.check_sink_error()

@@ -14,7 +14,7 @@ from .records import Common, Device, Hardware, Step
 # Fields a step record computes itself; ``extra`` may add others (loss_scale, data_time_s).
 _OWN_STEP_FIELDS = frozenset((*Common.REQUIRED, *Step.REQUIRED, Step.STEPS_COVERED,
                               Step.SAMPLES_PER_S, Step.TOKENS_PER_S, Step.MFU,
-                              Step.LR_GROUPS, Step.LAYER_GRAD_NORMS))
+                              Step.LR_GROUPS, Step.LAYER_GRAD_NORMS, Step.ETA_S))
 
 
 @dataclass
@@ -36,6 +36,10 @@ class StepObservation:
     layer_grad_norms: dict[str, float] | None = None
     # every rank's gradient norm before the data-parallel reduction, in rank order
     local_grad_norms: list[float | None] | None = None
+    # seconds outside the train step before it began (the batch's fetch, other callbacks)
+    data_time_s: float | None = None
+    segment_step: int = 1                  # observations in this run segment, this one too
+    eta_s: float | None = None             # seconds to the run's last step (pipeline/timing)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -53,11 +57,16 @@ class StepObservation:
         if clash:
             raise ValueError(f"extra must not replace the step record's own fields "
                              f"{', '.join(clash)}; pass them as arguments of observe()")
+        extra = dict(extra or {})
+        data_time = extra.pop(Step.DATA_TIME_S, None)       # where it was given before 1.6
+        if plain.get("data_time_s") is None:
+            plain["data_time_s"] = data_time
+        plain["data_time_s"] = to_number(plain["data_time_s"], "data_time_s")
         return cls(step=step, steps=steps, loss=to_number(loss, "loss"), lr=to_number(lr, "lr"),
                    grad_norm=to_number(grad_norm, "grad_norm"),
                    lr_groups=None if lr_groups is None else
                    [to_number(v, "lr_groups") for v in lr_groups],
-                   layer_grad_norms=_layer_norms(layer_grad_norms), extra=dict(extra or {}),
+                   layer_grad_norms=_layer_norms(layer_grad_norms), extra=extra,
                    local_grad_norms=None if local_grad_norms is None else
                    [to_number(v, "local_grad_norms") for v in local_grad_norms],
                    skipped=bool(plain.pop("skipped")), **plain)
@@ -78,6 +87,10 @@ class StepObservation:
             record[Step.LR_GROUPS] = self.lr_groups
         if self.layer_grad_norms is not None and with_layers:
             record[Step.LAYER_GRAD_NORMS] = self.layer_grad_norms
+        if self.data_time_s is not None:
+            record[Step.DATA_TIME_S] = self.data_time_s
+        if self.eta_s is not None:
+            record[Step.ETA_S] = self.eta_s
         record.update(self.extra)
         return record
 
@@ -114,6 +127,9 @@ class HardwareSample:
     rss_gb: float | None = None
     devices: list[DeviceSample] = field(default_factory=list)
     framework_memory: dict[str, Any] | None = None
+    # steps the current run segment had observed when this was taken (HardwareInput): the
+    # trend rules leave out a segment's start; None: not known
+    segment_steps: int | None = None
 
     def to_record(self) -> dict[str, Any]:
         """The fields of this sample's ``hardware`` record."""

@@ -131,6 +131,8 @@ class Step(Fields):
     MFU = optional("mfu", nonfinite=True)
     # under data parallelism with wrap: this rank's gradient norm before the reduction
     LOCAL_GRAD_NORM = optional("local_grad_norm", nonfinite=True)
+    # seconds until the run's last step at the recent pace, when its length is known
+    ETA_S = optional("eta_s", nonfinite=True)
 
 
 class Epoch(Fields):
@@ -194,6 +196,14 @@ class Anomaly(Fields):
     ORIGIN_RANK = optional("origin_rank")
     ORIGIN_HOST = optional("origin_host")
     ORIGIN_DEVICE = optional("origin_device")
+    # throughput_drop: what grew, "data" (time outside the train step) or "compute", and
+    # the ranks whose data time grew
+    CAUSE = optional("cause")
+    RANKS = optional("ranks")
+    # memory_growth: which memory ("host", "npu:0", "framework") and the seconds until it
+    # runs out at the current rate
+    MEMORY = optional("memory")
+    PROJECTED_EXHAUSTION_S = optional("projected_exhaustion_s", nonfinite=True)
 
 
 class Notice(Fields):

@@ -126,6 +126,39 @@ class MonitorSettings:
         2.0, "`straggler` (in the slow rank's own log) when a rank's median `data_time_s` is "
         "above this multiple of the other ranks' median, and by at least 10% of a step and "
         "5 ms. Above 1.", "x")
+    # a run that slowly gets worse
+    trend_warmup: int = setting(
+        50, "Steps at the start of each run segment (each `model.train`, a resumed run) that "
+        "`throughput_drop`, `data_bound` and `memory_growth` leave out: compilation, memory "
+        "pools and a cold input pipeline. Each segment learns its own pace after it.", "steps")
+    pace_window: int = setting(
+        20, "`throughput_drop` and `data_bound` read medians of step time, data time and "
+        "samples/s over the last N steps (withheld updates and the step after each left out), "
+        "so one slow step (a checkpoint, an epoch's first batch) moves nothing. At least 2.",
+        "steps")
+    throughput_drop_factor: float = setting(
+        1.5, "`throughput_drop` when the median step time is above this multiple of the run's "
+        "steady pace: the fastest median the segment has had since `trend_warmup`. The message "
+        "says whether data or compute time grew, and on which ranks. Above 1.", "x")
+    throughput_baseline: float | None = setting(
+        None, "`throughput_drop` also when the median samples/s of this rank falls below this "
+        "(per device, as MindSpore Transformers' `throughput_baseline`). Needs `samples_per_s` "
+        "(a known batch size). None: only the run's own pace is the baseline.", "samples/s")
+    data_bound_share: float | None = setting(
+        0.5, "`data_bound` when the median time outside the train step (`data_time_s`: the "
+        "input pipeline, other callbacks) is above this share of the median step time. In "
+        "(0, 1]. None: off.", "fraction")
+    memory_growth_window_s: float = setting(
+        600.0, "`memory_growth` judges each memory (this process's host RSS, each device's used "
+        "memory) over the hardware samples of the last this many seconds: a robust slope, and "
+        "a rise quarter after quarter (one jump is no trend).", "s")
+    memory_growth_horizon_s: float | None = setting(
+        3600.0, "`memory_growth` when memory rising steadily would run out within this long at "
+        "its current rate (`projected_exhaustion_s` in the record). None: off.", "s")
+    total_steps: int | None = setting(
+        None, "The run's last step, for `eta_s` in step records (and the console, `watch` and "
+        "`summary`). None: `Model.train`'s epochs x dataset size; a custom loop's "
+        "`Monitor.start(total_steps=...)`; else no `eta_s`.", "steps")
     # per-layer gradient norms
     layer_norms_interval: int = setting(
         50, "With `wrap(per_layer_norms=True)`: `layer_grad_norms` goes into the step record "
@@ -280,6 +313,7 @@ class MonitorSettings:
         check_number("update_ratio_factor", self.update_ratio_factor, low=1.0, low_open=True)
         check_number("update_ratio_ceiling", self.update_ratio_ceiling, low=0.0, low_open=True)
         check_number("max_attention_logit", self.max_attention_logit, low=0.0, low_open=True)
+        _check_trends(self)
         check_int("straggler_window", self.straggler_window, minimum=2, maximum=MAX_COUNT)
         check_number("straggler_factor", self.straggler_factor, low=1.0, low_open=True)
         self.policies = resolve_policies(self.on_anomaly)
@@ -339,3 +373,19 @@ def _check_throughput(settings: MonitorSettings) -> None:
         if getattr(settings, name) is not None and settings.tokens_per_sample is None:
             raise ValueError(f"{name} needs tokens_per_sample (tokens in one sample, e.g. the "
                              "sequence length): MFU is computed from tokens per second")
+
+
+def _check_trends(settings: MonitorSettings) -> None:
+    check_int("trend_warmup", settings.trend_warmup, minimum=0, maximum=MAX_COUNT)
+    check_int("pace_window", settings.pace_window, minimum=2, maximum=MAX_COUNT)
+    check_number("throughput_drop_factor", settings.throughput_drop_factor, low=1.0,
+                 low_open=True)
+    check_number("throughput_baseline", settings.throughput_baseline, low=0.0, low_open=True,
+                 optional=True)
+    check_number("data_bound_share", settings.data_bound_share, low=0.0, low_open=True,
+                 high=1.0, optional=True)
+    check_number("memory_growth_window_s", settings.memory_growth_window_s, low=0.0,
+                 low_open=True, high=MAX_INTERVAL_S)
+    check_number("memory_growth_horizon_s", settings.memory_growth_horizon_s, low=0.0,
+                 low_open=True, optional=True)
+    check_int("total_steps", settings.total_steps, minimum=1, maximum=MAX_COUNT, optional=True)

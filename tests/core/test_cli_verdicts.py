@@ -160,3 +160,37 @@ def test_every_count_in_the_summary_text_agrees_in_number(tmp_path, count, verdi
     assert code == 1 and result["verdict"] == verdict
     assert result["skipped_steps"] == count and result["rewinds"] == count
     assert text.splitlines()[:2] == [f"{run_dir}: {verdict}", rank_line]
+
+
+def test_the_summary_of_a_running_run_says_when_it_will_end(tmp_path):
+    """A live process 100 steps into 1000 at ~10 ms a step: the summary, while it runs, gives
+    each rank's time of arrival from its latest step record."""
+    run_dir = tmp_path / "run"
+    script = tmp_path / "long.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        from mindwatch import Monitor
+        monitor = Monitor(sys.argv[1], hardware_interval_s=None, total_steps=1000)
+        for step in range(1, 1001):
+            monitor.observe(step=step, loss=1.0)
+            time.sleep(0.01)
+        monitor.close()
+    """))
+    process = subprocess.Popen([sys.executable, str(script), str(run_dir)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        log = run_dir / "rank_0.jsonl"
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.read_bytes().count(b'"kind":"step"') >= 100):
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.02)
+        code, text, result = _summary(run_dir)
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    [rank] = result["ranks"]
+    assert code == 1 and rank["end"] == "running or crashed (no end record)"
+    steps_done = rank["steps"]
+    # ~10 ms a step for the steps left: between 5 and 30 s, whatever the machine's load
+    assert 100 <= steps_done < 1000 and 0.005 * (1000 - steps_done) < rank["eta_s"] < 30
+    assert f"rank 0: {steps_done} steps, running or crashed (no end record), ETA " in text

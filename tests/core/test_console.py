@@ -33,6 +33,17 @@ def test_one_aligned_line_every_interval_and_no_bar_off_a_terminal():
     assert "\r" not in out.getvalue() and "ETA" not in out.getvalue()
 
 
+def test_the_step_line_ends_with_the_eta_when_the_run_length_is_known():
+    out = io.StringIO()
+    sink = ConsoleSink(print_interval=10, stream=out)
+    sink.total_steps = 100
+    sink.write(_step(10, eta_s=3725.0))
+    sink.write(_step(20))                          # no eta_s: nothing made up
+    first, second = out.getvalue().splitlines()
+    assert first.endswith("| 354.0 samples/s | ETA 1h02m")
+    assert second.endswith("| 354.0 samples/s")
+
+
 def test_sink_mode_record_crossing_an_interval_prints():
     out = io.StringIO()
     sink = ConsoleSink(print_interval=10, stream=out)
@@ -46,7 +57,7 @@ def test_progress_bar_with_eta_on_a_terminal():
     out = _Terminal()
     sink = ConsoleSink(print_interval=100, stream=out)
     sink.total_steps = 10
-    sink.write(_step(4, step_time_s=2.0))
+    sink.write(_step(4, step_time_s=2.0, eta_s=12.0))      # the step record's own ETA
     assert out.getvalue().endswith("\r\x1b[2K[#########...............] 4/10 ETA 12.00 s")
     sink.write({"kind": "notice", "rank": 0, "message": "hello"})
     assert out.getvalue().endswith("\r\x1b[2K[rank 0] note: hello\n")

@@ -68,7 +68,8 @@ def test_an_unknown_anomaly_kind_gets_the_closest_kind(kind, hint):
         f"on_anomaly has unknown anomaly kind {kind!r}{hint}; known kinds: loss_nonfinite, "
         "gradient_nonfinite, gradient_explode, gradient_vanish, loss_spike, grad_spike, "
         "loss_rising, lr_anomaly, overheat, memory_pressure, straggler, hang, update_ratio, "
-        "attention_logit, transient_fault, replica_mismatch")
+        "attention_logit, transient_fault, replica_mismatch, throughput_drop, memory_growth, "
+        "data_bound")
 
 
 def test_policies_default_and_overrides():

@@ -54,6 +54,10 @@ VALID = {
     "alert_webhook": [None, "http://127.0.0.1:8080/hook", "https://hooks.slack.com/services/T/B/X",
                       "https://oapi.dingtalk.com/robot/send?access_token=abc"],
     "alert_format": ["json", "slack", "feishu", "dingtalk"],
+    "trend_warmup": [0, 1, 10**6], "pace_window": [2, 20, 10**4],
+    "throughput_drop_factor": [1.01, 1.5, 100], "throughput_baseline": [None, 1e-3, 1e6],
+    "data_bound_share": [None, 0.01, 0.5, 1.0], "memory_growth_window_s": [0.1, 600, 86400],
+    "memory_growth_horizon_s": [None, 1, 3600, 1e9], "total_steps": [None, 1, 10**6],
 }
 
 ANY_VALUE = st.one_of(

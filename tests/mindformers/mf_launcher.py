@@ -7,13 +7,15 @@ The test-only parts, which the CPU needs and a user's Ascend run does not: the
 ``hyper_parallel`` stand-in (see hyper_parallel_standin.py), ``CPUTrainOneStepCell``
 (MFTrainOneStepCell's overflow check uses NPUGetFloatStatusV2, Ascend-only; this one looks
 for non-finite gradients with IsFinite), and the callbacks the test YAMLs list to make
-something happen (``NanAtStep``, ``StopAtStep``). mindwatch comes in through the YAML alone.
+something happen (``NanAtStep``, ``StopAtStep``, ``SlowFromStep``). mindwatch comes in
+through the YAML alone.
 
 Under msrun (``use_parallel: True``) each rank trains on its own shard of the data, as
 MindFormers' dataset builders shard it.
 """
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hyper_parallel_standin
@@ -82,6 +84,19 @@ class StopAtStep(Callback):
     def on_train_step_end(self, run_context):
         if _rank() == self.rank and run_context.original_args().cur_step_num == self.step:
             run_context.request_stop()
+
+
+@MindFormerRegister.register(MindFormerModuleType.CALLBACK)
+class SlowFromStep(Callback):
+    """From step ``step`` on, every step waits ``seconds`` at its end: listed before mindwatch,
+    inside the step as mindwatch times it (a device throttled)."""
+
+    def __init__(self, step, seconds):
+        self.step, self.seconds = step, seconds
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num >= self.step:
+            time.sleep(self.seconds)
 
 
 @MindFormerRegister.register(MindFormerModuleType.CALLBACK)

@@ -163,6 +163,28 @@ def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path):
     assert all(s["grad_norm"] is None for s in log.steps)
 
 
+def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts_down(tmp_path):
+    config = mf_config(tmp_path, callbacks=[{"type": "SlowFromStep", "step": 13,
+                                             "seconds": 0.2}])
+    yaml_config = yaml.safe_load(config.read_text())
+    # 20 steps: a short warm-up and window; a factor far above a loaded CPU's noise
+    yaml_config["callbacks"][-2].update(trend_warmup=2, pace_window=4,
+                                        throughput_drop_factor=3.0)
+    config.write_text(yaml.safe_dump(yaml_config))
+    run_launcher(tmp_path, config)
+    log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
+    [drop] = log.anomalies
+    assert drop["anomaly"] == "throughput_drop" and drop["step"] == 14   # 2 of 4 slow
+    assert drop["cause"] == "compute" and drop["ranks"] == [0]
+    assert drop["value"] > 0.1 and drop["actions"] == ["warn"]
+    assert all(s["data_time_s"] >= 0 for s in log.steps)
+    etas = [s.get("eta_s") for s in log.steps]
+    assert etas[0] is None and etas[-1] == 0.0 and all(e > 0 for e in etas[1:-1])
+    # the steps left times the pace since the first step's end (fewer than 50 steps)
+    pace = (log.steps[17]["time"] - log.steps[0]["time"]) / 17
+    assert etas[17] == pytest.approx(2 * pace, rel=0.05)
+
+
 def test_the_trainer_callbacks_argument_works_too(tmp_path):
     applied = run_launcher(tmp_path, mf_config(tmp_path, mindwatch=False),
                    MINDWATCH_TRAINER_LOG_DIR=str(tmp_path / "mw"))

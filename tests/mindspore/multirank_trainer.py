@@ -8,8 +8,9 @@ spike_rank1_rewind (the same spike, on_anomaly "rewind", a snapshot every 5 step
 hang_rank1 (rank 1's data source blocks STALL_S seconds at batch STALL_STEP; the other rank
 waits for it in a collective; hang_timeout_s HANG_TIMEOUT_S, policy warn) | nudge_rank1 (one
 weight element of rank 1 moved by 1e-3 before step NUDGE_STEP, replicas compared every
-CONSISTENCY_INTERVAL steps). Every scenario compares the replicas every
-CONSISTENCY_INTERVAL steps.
+CONSISTENCY_INTERVAL steps) | slowdown_rank1 (rank 1's input pipeline takes 100 ms a batch
+from batch SLOWDOWN_STEP on; trend_warmup 5, pace_window 8). Every scenario compares the
+replicas every CONSISTENCY_INTERVAL steps.
 Data parallel on the CPU, each rank its own data, gradients reduced by
 monitor.wrap.
 """
@@ -38,14 +39,17 @@ class Slow(Callback):
         time.sleep(0.02)
 
 
-def batches(rank, steps, nan_at, slow, spike_at=None):
+SLOWDOWN_STEP = 25
+
+
+def batches(rank, steps, nan_at, slow, spike_at=None, slow_from=1):
     x, y = regression_arrays(8 * steps, seed=rank, nan_at=nan_at)
     if spike_at is not None:            # a loss spike, on this rank only
         y[8 * (spike_at - 1): 8 * spike_at] *= 1e3
 
     def generate():
         for i in range(steps):
-            if slow:
+            if slow and i + 1 >= slow_from:
                 time.sleep(0.1)           # a slow input pipeline on this rank
             yield x[8 * i: 8 * i + 8], y[8 * i: 8 * i + 8]
     return ds.GeneratorDataset(generate, ["x", "y"], shuffle=False)
@@ -123,6 +127,9 @@ def main(log_dir, out_dir, scenario):
     if scenario == "hang_rank1":
         epochs = 1
         settings.update(hang_timeout_s=HANG_TIMEOUT_S)
+    if scenario == "slowdown_rank1":
+        steps, epochs = 50, 1
+        settings.update(trend_warmup=5, pace_window=8)
     if scenario == "nudge_rank1" and rank == 1:
         callbacks = [NudgeAt(NUDGE_STEP)]
     if os.environ.get("ALERT_WEBHOOK"):      # the test's webhook service, on every rank
@@ -132,8 +139,9 @@ def main(log_dir, out_dir, scenario):
     step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()),
                         nn.Adam(net.trainable_params(), learning_rate=0.01))
     data = batches(rank, steps, NAN_STEP if scenario == "nan_rank1" and rank == 1 else None,
-                   slow=scenario == "straggler_rank1" and rank == 1,
-                   spike_at=SPIKE_STEP if spiking else None)
+                   slow=scenario in ("straggler_rank1", "slowdown_rank1") and rank == 1,
+                   spike_at=SPIKE_STEP if spiking else None,
+                   slow_from=SLOWDOWN_STEP if scenario == "slowdown_rank1" else 1)
     if scenario == "hang_rank1":
         data = ds.GeneratorDataset(StallingBatches(rank, steps), ["x", "y"], shuffle=False)
     ms.train.Model(step).train(epochs, data, callbacks=[*callbacks, monitor],

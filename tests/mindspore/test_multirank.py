@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from multirank_trainer import HANG_TIMEOUT_S, STALL_STEP
+from multirank_trainer import HANG_TIMEOUT_S, SLOWDOWN_STEP, STALL_STEP
 from test_overheat_e2e import heating_npu_smi
 
 from mindwatch.runlog import read_rank_log, read_run
@@ -247,6 +247,23 @@ def test_slow_data_pipeline_rank_is_a_straggler(tmp_path):
     assert not [a for a in first.anomalies if a["anomaly"] == "straggler"]
     assert first.end["reason"] == second.end["reason"] == "completed"
     assert [s["step"] for s in second.steps] == list(range(1, 41))
+
+
+def test_a_rank_whose_input_slows_down_is_named_by_every_rank(tmp_path):
+    """From SLOWDOWN_STEP rank 1's batches take 100 ms: both ranks' steps slow down (rank 0
+    waits in the all-reduce, as compute time), and both name rank 1's data time."""
+    run, _ = msrun(tmp_path, "slowdown_rank1")
+    for log in run.ranks:
+        drops = [a for a in log.anomalies if a["anomaly"] == "throughput_drop"]
+        assert len(drops) == 1, log.anomalies
+        [drop] = drops
+        assert drop["cause"] == "data" and drop["ranks"] == [1], drop
+        # half of the window of 8 past the slowdown: found within 4-8 steps of it
+        assert SLOWDOWN_STEP + 3 <= drop["step"] <= SLOWDOWN_STEP + 8
+        assert drop["value"] > drop["threshold"] and "rank 1" in drop["message"]
+        assert log.end["reason"] == "completed"
+    late = [s for s in run.ranks[0].steps if s["step"] > SLOWDOWN_STEP + 2]
+    assert max(s["data_time_s"] for s in late) < 0.05         # rank 0's own input is fast
 
 
 @pytest.mark.parametrize("targets", [(1,), (0, 1)], ids=["rank1-only", "every-rank"])

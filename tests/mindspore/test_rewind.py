@@ -135,3 +135,13 @@ def test_rewind_is_refused_for_kinds_an_older_state_cannot_cure(tmp_path):
     import pytest
     with pytest.raises(ValueError, match="overheat"):
         TrainMonitor(str(tmp_path), on_anomaly={"overheat": "rewind"})
+
+
+def test_rewinds_are_no_throughput_drop(tmp_path, quiet, graph_mode):
+    """Each rewind restores the snapshot before the next step (a slow step); with the pace
+    rules watching short windows, only the spikes are anomalies."""
+    _, log = _train(tmp_path, quiet, _batches(80, poison=(35, 55)), snapshot_every=10,
+                    trend_warmup=5, pace_window=8)
+    assert [r["step"] for r in log.of_kind("rewind")][:2] == [35, 55]
+    kinds = {a["anomaly"] for a in log.anomalies}
+    assert "loss_spike" in kinds and not kinds & {"throughput_drop", "data_bound"}

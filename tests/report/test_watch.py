@@ -172,6 +172,18 @@ def test_throughput_is_tokens_and_mfu_when_the_run_logs_them():
     assert "80.0 samples/s" in _row(text, 1) and "tok/s" not in _row(text, 1)
 
 
+def test_a_running_rank_shows_its_eta_and_an_ended_one_its_end():
+    state = WatchState("runs/x")
+    state.exists = True
+    state.update([dict(RUN, total_steps=100), dict(_step(20), eta_s=125.0),
+                  dict(RUN, rank=1), dict(_step(100, rank=1), eta_s=0.0),
+                  {"kind": "end", "rank": 1, "time": 9.0, "reason": "completed", "steps": 100,
+                   "elapsed_s": 50.0}])
+    text = _text(render(state))
+    assert "running, ETA 2m05s" in _row(text, 0)
+    assert "completed" in _row(text, 1) and "ETA" not in _row(text, 1)
+
+
 def test_sparkline():
     assert sparkline([1.0, 2.0, 3.0, 4.0]) == "▁▃▆█"
     assert sparkline([1.0, float("nan"), None, 1.0]) == "▁! ▁"

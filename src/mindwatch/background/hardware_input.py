@@ -64,6 +64,8 @@ class HardwareInput:
             segment = self._current.segment
             if segment.closed or not segment.started:
                 return
+            if sample.segment_steps is None:
+                sample.segment_steps = segment.observed
             record = sample.to_record()
             self._responder.remember_hardware(record)
             self._writer.emit(records.HARDWARE, record, time=sample.time)

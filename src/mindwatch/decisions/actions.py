@@ -54,7 +54,7 @@ class Actions:
             AnomalyRecord.MESSAGE: anomaly.message, AnomalyRecord.ACTIONS: anomaly.actions,
             AnomalyRecord.CHECKPOINT: anomaly.checkpoint, AnomalyRecord.REPORT: anomaly.report,
             **({} if anomaly.layer is None else {AnomalyRecord.LAYER: anomaly.layer}),
-            **_origin(anomaly),
+            **_origin(anomaly), **anomaly.fields,
             **fields})
 
     def notice(self, message: str, **fields: Any) -> None:

@@ -33,7 +33,8 @@ def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: list[Map
         Record.ANOMALY: anomaly.kind, Record.STEP: anomaly.step, Common.RANK: rank,
         Record.VALUE: anomaly.value, Record.THRESHOLD: anomaly.threshold,
         Record.MESSAGE: anomaly.message, Record.ACTIONS: anomaly.actions,
-        Record.CHECKPOINT: anomaly.checkpoint, NOTES: notes, RESUME: resume_snippet,
+        Record.CHECKPOINT: anomaly.checkpoint, **anomaly.fields, NOTES: notes,
+        RESUME: resume_snippet,
         HARDWARE: hardware, TOP_LAYERS: top_layers, HISTORY: steps,
     }
     return write_report_files(stem, body, _markdown(body))

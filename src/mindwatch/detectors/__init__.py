@@ -1,24 +1,31 @@
 """Detectors: one small class per rule family (see base.Detector)."""
 from .attention_logit import AttentionLogitDetector
 from .base import Detector
+from .data_bound import DataBoundDetector
 from .grad_bounds import GradBoundsDetector
 from .hardware import MemoryPressureDetector, OverheatDetector
 from .loss_rising import LossRisingDetector
 from .lr_anomaly import LrAnomalyDetector
+from .memory_growth import MemoryGrowthDetector
 from .nonfinite import NonFiniteDetector
+from .pace import Pace
 from .spike import SpikeDetector, grad_spike, loss_spike
+from .throughput_drop import ThroughputDropDetector
 from .update_ratio import UpdateRatioDetector
 
 __all__ = [
     "AttentionLogitDetector",
+    "DataBoundDetector",
     "Detector",
     "GradBoundsDetector",
     "LossRisingDetector",
     "LrAnomalyDetector",
+    "MemoryGrowthDetector",
     "MemoryPressureDetector",
     "NonFiniteDetector",
     "OverheatDetector",
     "SpikeDetector",
+    "ThroughputDropDetector",
     "UpdateRatioDetector",
     "build_detectors",
     "grad_spike",
@@ -26,9 +33,11 @@ __all__ = [
 ]
 
 
-def build_detectors(settings) -> list:
-    """The default rule set, configured from ``MonitorSettings``."""
+def build_detectors(settings, rank: int = 0) -> list:
+    """The default rule set, configured from ``MonitorSettings``; ``rank``: this process's."""
     spike = dict(window=settings.spike_window, warmup=settings.spike_warmup)
+    # throughput_drop and data_bound read one set of pace windows
+    pace = Pace(window=settings.pace_window, warmup=settings.trend_warmup)
     return [
         NonFiniteDetector(),
         GradBoundsDetector(explode=settings.grad_explode, vanish=settings.grad_vanish,
@@ -46,4 +55,10 @@ def build_detectors(settings) -> list:
         UpdateRatioDetector(factor=settings.update_ratio_factor,
                             ceiling=settings.update_ratio_ceiling),
         AttentionLogitDetector(limit=settings.max_attention_logit),
+        ThroughputDropDetector(pace, factor=settings.throughput_drop_factor,
+                               baseline=settings.throughput_baseline, rank=rank),
+        DataBoundDetector(pace, share=settings.data_bound_share),
+        MemoryGrowthDetector(window_s=settings.memory_growth_window_s,
+                             horizon_s=settings.memory_growth_horizon_s,
+                             warmup=settings.trend_warmup),
     ]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
 from ..anomaly import Anomaly
@@ -48,6 +48,11 @@ class Detector:
         return []
 
     def update_hardware(self, sample: HardwareSample) -> list[Anomaly]:
+        return []
+
+    def update_peers(self, step: int, data_times: Sequence[float],
+                     step_time_s: float | None) -> list[Anomaly]:
+        """Under data parallelism, after each step: every rank's data time, in rank order."""
         return []
 
     def update_state(self, step: int, layers: Mapping[str, Mapping[str, Any]],

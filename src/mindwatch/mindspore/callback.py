@@ -11,7 +11,7 @@ from mindspore.train import Callback
 from ..anomaly import Anomaly
 from ..framework import FrameworkHooks
 from ..monitor import Monitor
-from ..records import Step, Versions
+from ..records import Versions
 from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
 from .cb_params import (
@@ -89,7 +89,8 @@ class TrainMonitor(Callback):
             stream=stream, clock=clock, framework=framework, **settings)
         self._cb_params = None
         self._last_step_num = 0
-        self._mark: float | None = None
+        self._mark: float | None = None        # the latest step end (step time)
+        self._data_mark: float | None = None   # when this callback's step end was done
         self._said_grads_off = False
         self._layers: LayerGrouping | None = None
         self._ranks = RankSync(self.monitor)
@@ -185,7 +186,8 @@ class TrainMonitor(Callback):
                                 per_layer_norms=per_layer_norms, has_aux=has_aux,
                                 probed=network, activations=activations,
                                 attention_logits=attention_logits)
-        return JitTrainStep(cell, state_due=lambda: self._states.due(self.monitor.last_step + 1))
+        return JitTrainStep(cell, state_due=lambda: self._states.due(self.monitor.last_step + 1),
+                            clock=self.monitor.clock.perf_counter)
 
     def _build_step(self, network: nn.Cell, optimizer: nn.Optimizer,
                     **options: Any) -> MonitoredTrainStep:
@@ -207,7 +209,8 @@ class TrainMonitor(Callback):
             if not isinstance(outputs, StepOutputs):
                 raise TypeError("outputs must be what a monitor.jit_step(...) step returned; "
                                 f"got {type(outputs).__name__}")
-            fields = {**outputs.observation(self._layers), **fields}
+            fields = {**outputs.observation(self._layers), "data_time_s": outputs.data_time_s,
+                      **fields}
         found = self.monitor.observe(**fields)
         found += self._observe_state(fields["step"])
         self.monitor.settle_rewind(step=fields["step"])
@@ -262,19 +265,20 @@ class TrainMonitor(Callback):
         if dropped:
             self.monitor.notice(SINK_MODE_DROPPED)
         self.monitor.rewinds.begin(self._last_step_num)
-        self._mark = self.monitor.clock.perf_counter()
+        self._mark = self._data_mark = self.monitor.clock.perf_counter()
         self._data_time = None
         self._push_skip_limits()               # a loaded state_dict carries windows
         self._ranks.begin(self._last_step_num)
 
     def on_train_epoch_begin(self, run_context) -> None:
-        self._mark = self.monitor.clock.perf_counter()
+        self._mark = self._data_mark = self.monitor.clock.perf_counter()
 
     def on_train_step_begin(self, run_context) -> None:
-        # From the previous step's end to here this rank fetched its batch and did host work:
-        # the part of a step in which the other ranks wait for a straggler.
-        if self._mark is not None:
-            self._data_time = self.monitor.clock.perf_counter() - self._mark
+        # From the end of mindwatch's work after the previous step to here this rank fetched
+        # its batch and ran other callbacks: the part of a step in which the other ranks wait
+        # for a straggler, and the input pipeline's share (data_bound).
+        if self._data_mark is not None:
+            self._data_time = self.monitor.clock.perf_counter() - self._data_mark
         cb = run_context.original_args()
         if self.train_step is not None and self._is_wrapped(cb):   # cur_step_num: the coming step
             self.train_step.state_due = self._states.due(int(cb.cur_step_num))
@@ -304,11 +308,10 @@ class TrainMonitor(Callback):
             self._said_grads_off = True
             self.monitor.notice(self._reader.grad_checks_off(field(cb, "train_network")))
         try:
-            out.extra[Step.DATA_TIME_S] = self._data_time
             self.monitor.observe(
                 **out.observation(self._layers),
                 step=step, epoch=getattr(cb, "cur_epoch_num", None), steps=covered,
-                step_time_s=step_time,
+                step_time_s=step_time, data_time_s=self._data_time,
                 batch_size=self.settings.batch_size or batch_size_of(cb))
             self._observe_state(step, None if self._is_wrapped(cb) else out)
         except SinkError as exc:
@@ -323,6 +326,7 @@ class TrainMonitor(Callback):
         self._data_time = None
         if self.monitor.stop_requested is not None:
             run_context.request_stop()
+        self._data_mark = self.monitor.clock.perf_counter()
 
     def on_train_epoch_end(self, run_context) -> None:
         evaluation, self._evaluation = self._evaluation, None

@@ -10,6 +10,7 @@ function). Each call returns the step's outputs already converted to Python numb
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,12 +36,15 @@ class ForwardCell(nn.Cell):
 class JitTrainStep:
     """One compiled training step; ``step(*batch)`` returns its ``StepOutputs`` (``loss``,
     ``grad_norm``, ``lr_groups``, ``skipped``, ``aux``: the forward's other outputs as
-    Tensors with ``has_aux=True``). ``cell`` is the ``MonitoredTrainStep`` (save it with
-    ``mindspore.save_checkpoint`` to keep the optimizer state too)."""
+    Tensors with ``has_aux=True``, ``data_time_s``: the time from the previous call's return
+    to this call, in which the loop fetched the batch). ``cell`` is the ``MonitoredTrainStep``
+    (save it with ``mindspore.save_checkpoint`` to keep the optimizer state too)."""
 
     def __init__(self, cell: MonitoredTrainStep, *,
-                 state_due: Callable[[], bool] = lambda: False):
-        self.cell, self._state_due = cell, state_due
+                 state_due: Callable[[], bool] = lambda: False,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.cell, self._state_due, self._clock = cell, state_due, clock
+        self._returned: float | None = None
 
         # PyNative runs a Cell op by op; the tutorials' @ms.jit compiles the step into one
         # graph, and so does this. In GRAPH_MODE the Cell compiles on its own.
@@ -55,6 +59,14 @@ class JitTrainStep:
     def __call__(self, *inputs: Any) -> StepOutputs:
         """``state_due()`` says whether this step is a state step (the monitor's interval):
         it then runs the state graph, whose vector the monitor reads after ``observe``."""
+        start = self._clock()
+        outputs = self._step(inputs)
+        if self._returned is not None:
+            outputs.data_time_s = start - self._returned
+        self._returned = self._clock()
+        return outputs
+
+    def _step(self, inputs: tuple[Any, ...]) -> StepOutputs:
         cell = self.cell
         object.__setattr__(cell, "last_inputs", inputs)         # for replay (wrap.py)
         if ms.get_context("mode") == ms.GRAPH_MODE:

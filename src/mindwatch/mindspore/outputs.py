@@ -23,6 +23,7 @@ class StepOutputs:
     extra: dict[str, Any] = field(default_factory=dict)
     aux: Any = None       # the forward's other outputs (Tensors), with has_aux
     local_grad_norms: list[float] | None = None   # every rank's, before the reduction
+    data_time_s: float | None = None   # jit_step: from the previous step's return to this one
 
     def observation(self, layers: LayerGrouping | None) -> dict[str, Any]:
         """``Monitor.observe``'s keyword arguments for these outputs (``layers`` groups the

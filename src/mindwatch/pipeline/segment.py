@@ -22,6 +22,7 @@ class RunSegment:
     started: bool = False                   # the ``run`` record is written
     closed: bool = False                    # the ``end`` record is written, sinks closed
     last_step: int = 0                      # global step of the latest observation
+    observed: int = 0                       # step observations so far
     stop_requested: Anomaly | None = None   # the first anomaly (or request) that stops it
     anomalies: list[Anomaly] = field(default_factory=list)
     # Hardware findings from the sampler thread, acted on by the training thread.

@@ -18,6 +18,7 @@ from ..anomaly import (
     Anomaly,
 )
 from ..basics import format as fmt
+from ..detectors.base import Detector
 from ..detectors.straggler import StragglerDetector
 from ..policy import SKIP, Policy
 
@@ -39,18 +40,21 @@ def stop_reason(code: int) -> str | None:
 
 class Peers:
     def __init__(self, *, rank: int, world_size: int, policy: Policy, straggler_window: int,
-                 straggler_factor: float):
+                 straggler_factor: float, detectors: Sequence[Detector] = ()):
         self.rank, self.world_size, self.policy = rank, world_size, policy
         # rank -> (host, device), when the adapter has exchanged them (once, at the start)
         self.places: dict[int, tuple[str | None, int | None]] = {}
         self.straggler = StragglerDetector(rank=rank, world_size=world_size,
                                            window=straggler_window, factor=straggler_factor)
+        # the rules that also read every rank's data time (throughput_drop names the ranks)
+        self._listeners = [self.straggler, *detectors]
 
     def findings(self, *, step: int, stop_codes: Sequence[int], data_times: Sequence[float],
                  step_time_s: float | None, stopping: bool) -> list[Anomaly]:
         """Stragglers, and a ``peer_stop`` for the first other rank that stops, unless this
         rank is ``stopping`` already (its own stop, or an earlier peer's)."""
-        found = self.straggler.update_peers(step, data_times, step_time_s)
+        found = [anomaly for listener in self._listeners
+                 for anomaly in listener.update_peers(step, data_times, step_time_s)]
         if stopping:
             return found
         for peer, code in enumerate(stop_codes):

@@ -55,6 +55,8 @@ def summarize(run: RunLog) -> dict[str, Any]:
             Step.MFU: scan.medians.get(Step.MFU),
             _END: str(end.get(End.REASON)) if end else NO_END,
             End.ELAPSED_S: end.get(End.ELAPSED_S) if end else None,
+            # a run still running: the time to its last step, from its latest step record
+            Step.ETA_S: steps[Step.ETA_S][last] if end is None and last >= 0 else None,
             "torn_last_line": log.torn_tail,
             "skipped_lines": log.skipped,
             "skipped_at": list(log.skipped_at),
@@ -122,7 +124,10 @@ def render_text(summary: dict[str, Any]) -> str:
     for rank in summary["ranks"]:
         lines.append(
             f"  rank {rank[Common.RANK]}: {fmt.count(rank[End.STEPS], 'step')}, {rank[_END]}"
-            f" in {fmt.duration(rank[End.ELAPSED_S])}; loss {fmt.number(rank['first_loss'])} -> "
+            + (f" in {fmt.duration(rank[End.ELAPSED_S])}" if rank[End.ELAPSED_S] is not None
+               else "")
+            + (f", ETA {fmt.duration(rank[Step.ETA_S])}" if rank[Step.ETA_S] is not None else "")
+            + f"; loss {fmt.number(rank['first_loss'])} -> "
             f"{fmt.number(rank['last_loss_smooth'])} (smoothed)"
             + (f"; {fmt.count(rank['skipped_steps'], 'update')} withheld"
                if rank["skipped_steps"] else "")

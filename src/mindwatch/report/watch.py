@@ -102,7 +102,8 @@ def _status(state: RankState) -> Text:
             state.step is None or state.step.get(Step.STEP, 0) <= (hang.get(Anomaly.STEP) or 0)):
         # No step has ended since the watchdog reported: the rank is still stuck.
         return Text(f"hung >{fmt.duration(hang.get(Anomaly.VALUE))}", style="bold red")
-    return Text("running", style="cyan")
+    eta = (state.step or {}).get(Step.ETA_S)
+    return Text("running" + ("" if eta is None else f", ETA {fmt.duration(eta)}"), style="cyan")
 
 
 def largest(state: Mapping[str, Any], group: str, name: str) -> tuple[str, float] | None:

@@ -47,7 +47,7 @@ LONG_LINE = 2 * SAFE_DEPTH
 # What the views read of the two frequent kinds; every required field is declared too, so
 # that msgspec refuses a line that lacks one (records.problems then says which).
 STEP_FIELDS = (Step.STEP, Step.LOSS, Step.LOSS_SMOOTH, Step.LR, Step.GRAD_NORM,
-               Step.STEP_TIME_S, Step.SAMPLES_PER_S, Step.TOKENS_PER_S, Step.MFU)
+               Step.STEP_TIME_S, Step.SAMPLES_PER_S, Step.TOKENS_PER_S, Step.MFU, Step.ETA_S)
 HOST_FIELDS = (Hardware.CPU_PERCENT, Hardware.MEM_USED_GB, Hardware.RSS_GB)
 DEVICE_FIELDS = (Device.UTIL_PERCENT, Device.MEM_USED_MB, Device.TEMP_C)
 _COMMON = tuple(name for name in Common.REQUIRED if name != Common.KIND)   # kind is the tag

@@ -28,7 +28,7 @@ class ConsoleSink(Sink):
         self.total_steps: int | None = None
         self._bar_shown = False
         self._last_step = 0
-        self._time_per_step: float | None = None
+        self._eta_s: float | None = None
 
     # -- output helpers -------------------------------------------------------------------
     def _line(self, text: str) -> None:
@@ -43,11 +43,9 @@ class ConsoleSink(Sink):
             return
         done = min(self._last_step, self.total_steps)
         filled = int(_BAR_WIDTH * done / self.total_steps)
-        eta = None
-        if self._time_per_step is not None:
-            eta = self._time_per_step * (self.total_steps - done)
         bar = "#" * filled + "." * (_BAR_WIDTH - filled)
-        self.stream.write(f"\r\x1b[2K[{bar}] {done}/{self.total_steps} ETA {fmt.duration(eta)}")
+        self.stream.write(f"\r\x1b[2K[{bar}] {done}/{self.total_steps} ETA "
+                          f"{fmt.duration(self._eta_s)}")
         self.stream.flush()
         self._bar_shown = True
 
@@ -86,8 +84,7 @@ class ConsoleSink(Sink):
         covered = record.get(Step.STEPS_COVERED, 1)
         first = step - covered + 1
         self._last_step = step
-        if record.get(Step.STEP_TIME_S) is not None:
-            self._time_per_step = record[Step.STEP_TIME_S]
+        self._eta_s = record.get(Step.ETA_S)
         if self.verbose and (step // self.print_interval) > ((first - 1) // self.print_interval):
             total = f"/{self.total_steps}" if self.total_steps else ""
             width = len(str(self.total_steps)) if self.total_steps else 6
@@ -99,7 +96,8 @@ class ConsoleSink(Sink):
                 f"lr {fmt.lr(record.get(Step.LR)):>8} | "
                 f"grad {fmt.number(record.get(Step.GRAD_NORM)):>9} | "
                 f"{fmt.duration(record.get(Step.STEP_TIME_S)):>9}/step | "
-                f"{fmt.rate(record.get(Step.SAMPLES_PER_S))}{_tokens(record)}{skipped}")
+                f"{fmt.rate(record.get(Step.SAMPLES_PER_S))}{_tokens(record)}{_eta(record)}"
+                f"{skipped}")
         self._draw_bar()
 
     def _epoch(self, record: Mapping[str, Any]) -> None:
@@ -128,3 +126,8 @@ def _tokens(record: Mapping[str, Any]) -> str:
     """" | 12.3k tok/s MFU 41.2%" when the step record has them (``tokens_per_sample``)."""
     tokens = record.get(Step.TOKENS_PER_S)
     return f" | {fmt.token_rate(tokens, record.get(Step.MFU))}" if tokens is not None else ""
+
+
+def _eta(record: Mapping[str, Any]) -> str:
+    eta = record.get(Step.ETA_S)
+    return "" if eta is None else f" | ETA {fmt.duration(eta)}"

@@ -1,0 +1,117 @@
+"""The run's pace, as ``throughput_drop`` and ``data_bound`` read it: windows of step time,
+data time and samples/s over the last ``window`` steps of the current run segment.
+
+Every number is a median over the window, so one slow step (a checkpoint save, the first
+step of an epoch, a state step, a compilation) never moves it: half the window must be slow.
+Left out: the first ``warmup`` steps of each segment (compilation, caches, the first batches
+of a cold input pipeline), and every withheld update and the step after it (a withheld step
+is computed again, ``replay``, and a rewind restores the weights, costs that belong to the
+fault, not to the pace). A new segment (another ``model.train``, a resumed run) learns its
+pace anew: its batch size or its model may differ.
+
+``data_s`` is the time outside the train step (``data_time_s``: fetching the batch, other
+callbacks), per training step; ``compute_s`` the rest of the step time. One ``Pace`` is fed
+once per observation, by whichever of its readers sees the observation first.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from ..observation import StepObservation
+from .base import is_finite
+
+# An absolute floor under both rules: on millisecond steps a loaded host's scheduling noise
+# alone moves a window's median by half, and nobody waits long for a 2 ms step either way.
+MIN_SECONDS = 0.005
+
+
+def _median(values: deque[float]) -> float:
+    ordered = sorted(values)        # ~0.5 us for 20 floats: cheaper than statistics.median
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+class Pace:
+    """``add(obs)`` once per observation; then, when ``ready``: ``step_s``, ``data_s``,
+    ``compute_s`` (window medians, seconds per step), ``samples_per_s`` (None when unknown)
+    and ``peer_data_s`` (each rank's median data time, when the ranks share them)."""
+
+    def __init__(self, *, window: int, warmup: int):
+        self.window, self.warmup = window, warmup
+        self._seen: StepObservation | None = None
+        self._steps: deque[float] = deque(maxlen=window)
+        self._data: deque[float] = deque(maxlen=window)
+        self._samples: deque[float] = deque(maxlen=window)
+        self._peers: list[deque[float]] = []
+        self._after_skip = False
+        self._counted_last = False      # the latest observation went into the windows
+        self.counted = 0                # steps in the windows so far, this segment
+        self.ready = False
+        self.step_s = self.data_s = self.compute_s = 0.0
+        self.samples_per_s: float | None = None
+
+    def add(self, obs: StepObservation) -> None:
+        if obs is self._seen:
+            return
+        self._seen = obs
+        if obs.segment_step == 1:                   # a new segment learns its own pace
+            for window in (self._steps, self._data, self._samples):
+                window.clear()
+            self._peers, self.counted = [], 0
+        after_skip, self._after_skip = self._after_skip, obs.skipped
+        step_s = obs.step_time_s
+        if obs.segment_step <= self.warmup or obs.skipped or after_skip \
+                or not is_finite(step_s) or step_s <= 0:
+            self.ready = self._counted_last = False
+            return
+        self._counted_last = True
+        data = obs.data_time_s
+        self.counted += 1
+        self._steps.append(step_s)
+        self._data.append(min(data / obs.steps, step_s) if is_finite(data) and data >= 0
+                          else 0.0)
+        if is_finite(obs.samples_per_s):
+            self._samples.append(obs.samples_per_s)
+        self.ready = len(self._steps) == self.window
+        if self.ready:
+            self.step_s, self.data_s = _median(self._steps), _median(self._data)
+            self.compute_s = max(self.step_s - self.data_s, 0.0)
+            self.samples_per_s = (_median(self._samples) if len(self._samples) == self.window
+                                  else None)
+
+    @property
+    def has_peers(self) -> bool:
+        """The ranks share their data times after each step (this segment has had some)."""
+        return bool(self._peers)
+
+    def add_peers(self, data_times: Sequence[float]) -> None:
+        """Every rank's data time of the latest step, in rank order (the ranks' exchange);
+        kept for the steps the windows kept, so that they line up."""
+        if len(self._peers) != len(data_times):
+            self._peers = [deque(maxlen=self.window) for _ in data_times]
+        if not self._counted_last:
+            return
+        for history, value in zip(self._peers, data_times, strict=True):
+            history.append(float(value) if is_finite(value) and value >= 0 else 0.0)
+
+    def slow_steps(self, limit: float) -> tuple[float, float, list[float] | None] | None:
+        """Over the window's steps slower than ``limit`` seconds: the mean step time, the
+        mean data time, and each rank's mean data time at those steps (None on one rank);
+        None when no step is. Where the time of the slow steps went, which medians of the
+        two columns, each taken on its own, cannot say while the window is half slow."""
+        slow = [i for i, step_s in enumerate(self._steps) if step_s > limit]
+        if not slow:
+            return None
+        peers = None
+        if len(self._peers) >= 2 and all(len(h) == len(self._steps) for h in self._peers):
+            peers = [sum(h[i] for i in slow) / len(slow) for h in self._peers]
+        return (sum(self._steps[i] for i in slow) / len(slow),
+                sum(self._data[i] for i in slow) / len(slow), peers)
+
+    def peer_data_s(self) -> list[float] | None:
+        """Each rank's median data time over the window; None until the windows are full
+        (or on one rank)."""
+        if len(self._peers) < 2 or any(len(h) < self.window for h in self._peers):
+            return None
+        return [_median(h) for h in self._peers]

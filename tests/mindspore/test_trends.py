@@ -1,0 +1,189 @@
+"""A run that slowly gets worse, trained for real: a slower step, a starving input pipeline and
+a host memory leak found under Model.train, Model.fit and the jit_step loop; the evaluations
+between epochs, a warm-up LR and the first steps raise nothing; eta_s counts down."""
+import io
+import mmap
+import statistics
+import time
+
+import mindspore as ms
+import pytest
+from mindspore import dataset as ds
+from mindspore import nn
+from mindspore.train import Callback
+
+from mindwatch.mindspore import TrainMonitor
+from mindwatch.runlog import read_rank_log
+from ms_helpers import make_regressor, regression_arrays
+
+PACE = dict(hardware_interval_s=None, trend_warmup=10, pace_window=10)
+SLOW_FROM = 40
+
+
+class SlowSteps(Callback):
+    """Before the monitor in the callback list: from ``start`` on, every step waits
+    ``seconds`` inside the step as mindwatch times it (a device throttled)."""
+
+    def __init__(self, start, seconds):
+        self.start, self.seconds = start, seconds
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num >= self.start:
+            time.sleep(self.seconds)
+
+
+class Batches:
+    """A random-access source whose batches take ``delay`` seconds each from the ``slow``-th
+    batch it serves (1-based, counted across epochs) on: an input pipeline that falls
+    behind."""
+
+    def __init__(self, count, slow=None, delay=0.03, seed=0):
+        self.x, self.y = regression_arrays(8 * count, seed=seed)
+        self.count, self.slow, self.delay, self.served = count, slow, delay, 0
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, index):
+        self.served += 1
+        if self.slow is not None and self.served >= self.slow:
+            time.sleep(self.delay)
+        rows = slice(index * 8, (index + 1) * 8)
+        return self.x[rows], self.y[rows]
+
+
+def _dataset(source):
+    return ds.GeneratorDataset(source, ["x", "y"], shuffle=False, num_parallel_workers=1)
+
+
+def _train(tmp_path, source, *, callbacks=(), epochs=1, fit=False, lr=1e-2, **settings):
+    net = make_regressor()
+    monitor = TrainMonitor(str(tmp_path), stream=io.StringIO(), **{**PACE, **settings})
+    loss = nn.MSELoss()
+    step = monitor.wrap(nn.WithLossCell(net, loss), nn.Adam(net.trainable_params(), lr))
+    if fit:
+        model = ms.train.Model(step, eval_network=nn.WithEvalCell(net, loss), metrics={"mae"},
+                               eval_indexes=[0, 1, 2])
+        model.fit(epochs, _dataset(source), _dataset(Batches(6, slow=1, delay=0.05, seed=1)),
+                  callbacks=[*callbacks, monitor], dataset_sink_mode=False)
+    else:
+        ms.train.Model(step).train(epochs, _dataset(source), callbacks=[*callbacks, monitor],
+                                   dataset_sink_mode=False)
+    return read_rank_log(monitor.monitor.log_path)
+
+
+def _kinds(log):
+    return [(a["anomaly"], a["step"]) for a in log.anomalies]
+
+
+def test_a_slower_step_under_model_train_is_a_compute_throughput_drop(tmp_path, mode):
+    log = _train(tmp_path, Batches(70), callbacks=[SlowSteps(SLOW_FROM, 0.04)])
+    [(kind, step)] = _kinds(log)
+    assert kind == "throughput_drop"
+    assert SLOW_FROM + 4 <= step <= SLOW_FROM + 6         # half of the window of 10 slow
+    [drop] = log.anomalies
+    assert drop["cause"] == "compute" and drop["ranks"] == [0]
+    before = statistics.median(s["step_time_s"] for s in log.steps[10:SLOW_FROM - 1])
+    assert drop["threshold"] == pytest.approx(1.5 * before, rel=0.3)
+    # the median of a window half slow: halfway between the two paces
+    assert drop["value"] > drop["threshold"] and drop["value"] > 0.018
+
+
+def test_model_fit_evaluations_then_a_slow_input_pipeline(tmp_path, graph_mode):
+    """Six epochs of 25 steps, a 0.3 s evaluation after each: no alarm for the evaluations;
+    from the 105th batch served on (the fifth epoch) each batch takes 30 ms: data_bound, and
+    a throughput_drop that names the data time."""
+    log = _train(tmp_path, Batches(25, slow=105), epochs=6, fit=True)
+    assert [e.get("eval") is not None for e in log.of_kind("epoch")] == [True] * 6
+    kinds = _kinds(log)
+    assert {kind for kind, _ in kinds} == {"data_bound", "throughput_drop"}, log.anomalies
+    assert min(step for _, step in kinds) > 105
+    # (the pipeline refills its queue during the last evaluation: a few fast steps at the
+    # sixth epoch's start may end the episode and a second one begin)
+    drop = next(a for a in log.anomalies if a["anomaly"] == "throughput_drop")
+    bound = next(a for a in log.anomalies if a["anomaly"] == "data_bound")
+    assert drop["cause"] == "data" and drop["ranks"] == [0]
+    # the source serves its batches ahead of the step (the pipeline's queue): the slowdown
+    # reaches the step some batches later, then half the window of 10 must be slow
+    assert 105 + 4 <= bound["step"] <= 105 + 25 and bound["value"] > 0.5
+    assert bound["threshold"] == 0.5 and "input-bound" in bound["message"]
+    # the evaluation is in no step's time: each epoch's first step is timed from its start
+    firsts = [s["step_time_s"] for s in log.steps if s["step"] % 25 == 1][1:]
+    assert max(firsts) < 0.25
+
+
+def test_the_jit_step_loop_measures_its_data_time_and_finds_the_input_bound(tmp_path, mode):
+    net = make_regressor()
+    monitor = TrainMonitor(str(tmp_path), stream=io.StringIO(), total_steps=70, **PACE)
+    optimizer = nn.Adam(net.trainable_params(), 1e-2)
+    loss_fn = nn.MSELoss()
+
+    def forward(x, y):
+        return loss_fn(net(x), y)
+
+    step = monitor.jit_step(forward, optimizer)
+    source = Batches(70)
+    found = []
+    for index in range(70):
+        if index + 1 >= SLOW_FROM:
+            time.sleep(0.03)                       # the loop's loader falls behind
+        x, y = source[index]
+        outputs = step(ms.Tensor(x), ms.Tensor(y))
+        found += monitor.observe(step=index + 1, outputs=outputs)
+    monitor.close()
+    log = read_rank_log(monitor.monitor.log_path)
+    assert "data_time_s" not in log.steps[0]       # no previous step to measure from
+    late = [s["data_time_s"] for s in log.steps[SLOW_FROM:]]
+    assert min(late) >= 0.03
+    assert {a.kind for a in found} == {"data_bound", "throughput_drop"}
+    assert log.steps[-1]["eta_s"] == 0.0
+    # at step 60: the 10 steps left at the pace of the last 50 (mostly slow ones now)
+    pace = (log.steps[59]["time"] - log.steps[9]["time"]) / 50
+    assert log.steps[59]["eta_s"] == pytest.approx(10 * pace, rel=0.1)
+
+
+class Leak(Callback):
+    """Keeps 4 MB of touched host memory every step from ``start`` on; every step lasts at
+    least 20 ms, so the sampler sees the leak in real time."""
+
+    def __init__(self, start):
+        self.start, self.kept, self.began = start, [], None
+
+    def on_train_step_begin(self, run_context):
+        self.began = time.perf_counter()
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num >= self.start:
+            # a mapping of its own: the allocator cannot reuse memory this worker freed before
+            block = mmap.mmap(-1, 4 * 2**20)
+            block.write(b"\1" * 4 * 2**20)
+            self.kept.append(block)
+        time.sleep(max(0.02 - (time.perf_counter() - self.began), 0.0))
+
+
+def test_a_host_memory_leak_is_found_before_it_runs_out(tmp_path, graph_mode):
+    leak = Leak(start=20)
+    log = _train(tmp_path, Batches(120), callbacks=[leak], hardware_interval_s=0.02,
+                 memory_growth_window_s=1.0)
+    growth = [a for a in log.anomalies if a["anomaly"] == "memory_growth"]
+    assert len(growth) == 1, log.anomalies
+    [found] = growth
+    assert found["memory"] == "host" and found["threshold"] == 3600.0
+    samples = log.of_kind("hardware")
+    assert samples[-1]["rss_gb"] - samples[0]["rss_gb"] > 0.2        # the leak is real
+    # ~200 MB/s against the host's available memory: minutes, not hours
+    available = samples[-1]["mem_available_gb"]
+    assert 0 < found["projected_exhaustion_s"] < 3600
+    assert found["projected_exhaustion_s"] == pytest.approx(available / 0.2, rel=0.6)
+    assert 20 + 25 <= found["step"] <= 20 + 70           # once the window of 1 s has risen
+
+
+def test_no_alarm_for_a_warm_up_lr_and_a_healthy_run(tmp_path, graph_mode):
+    schedule = nn.WarmUpLR(1e-2, 40)
+    log = _train(tmp_path, Batches(100), lr=schedule, hardware_interval_s=0.05,
+                 memory_growth_window_s=1.0)
+    assert log.anomalies == []
+    assert log.steps[-1]["eta_s"] == 0.0 and log.steps[0].get("eta_s") is None
+    # step 51: the 49 steps left at the wall-clock pace of the 50 steps since step 1's end
+    pace = (log.steps[50]["time"] - log.steps[0]["time"]) / 50
+    assert log.steps[50]["eta_s"] == pytest.approx(49 * pace, rel=0.1)
