@@ -200,3 +200,14 @@ def test_a_data_share_hovering_at_the_limit_is_one_episode(tmp_path, clock):
     _run(monitor, clock, [(0.1, 0.02)] * 40)
     hovering = ([(0.1, 0.055)] * 10 + [(0.1, 0.045)] * 10) * 3
     assert [a.kind for a in _run(monitor, clock, hovering, first=41)] == ["data_bound"]
+
+
+def test_a_slowdown_while_the_baseline_is_learned_does_not_become_it(tmp_path, clock):
+    monitor = _monitor(tmp_path, clock)
+    _run(monitor, clock, [None] * 25)                 # two windows past the warm-up
+    found = _run(monitor, clock, [(0.3, 0.01)] * 100, first=26)
+    assert [a.step for a in found] == [30]
+    # still slow 100 steps later: the same episode, the baseline still the healthy 0.1 s
+    assert _run(monitor, clock, [(0.12, 0.01)] * 10, first=126) == []
+    [drop] = [d for d in monitor.detectors if isinstance(d, ThroughputDropDetector)]
+    assert drop._best[0] == pytest.approx(0.1)

@@ -10,7 +10,7 @@ import mindspore as ms
 import pytest
 from mindspore import dataset as ds
 from mindspore import nn
-from mindspore.train import Callback
+from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
 
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.runlog import read_rank_log
@@ -56,7 +56,8 @@ def _dataset(source):
     return ds.GeneratorDataset(source, ["x", "y"], shuffle=False, num_parallel_workers=1)
 
 
-def _train(tmp_path, source, *, callbacks=(), epochs=1, fit=False, lr=1e-2, **settings):
+def _train(tmp_path, source, *, callbacks=(), epochs=1, fit=False, lr=1e-2, after=(),
+           **settings):
     net = make_regressor()
     monitor = TrainMonitor(str(tmp_path), stream=io.StringIO(), **{**PACE, **settings})
     loss = nn.MSELoss()
@@ -65,9 +66,10 @@ def _train(tmp_path, source, *, callbacks=(), epochs=1, fit=False, lr=1e-2, **se
         model = ms.train.Model(step, eval_network=nn.WithEvalCell(net, loss), metrics={"mae"},
                                eval_indexes=[0, 1, 2])
         model.fit(epochs, _dataset(source), _dataset(Batches(6, slow=1, delay=0.05, seed=1)),
-                  callbacks=[*callbacks, monitor], dataset_sink_mode=False)
+                  callbacks=[*callbacks, monitor, *after], dataset_sink_mode=False)
     else:
-        ms.train.Model(step).train(epochs, _dataset(source), callbacks=[*callbacks, monitor],
+        ms.train.Model(step).train(epochs, _dataset(source),
+                                   callbacks=[*callbacks, monitor, *after],
                                    dataset_sink_mode=False)
     return read_rank_log(monitor.monitor.log_path)
 
@@ -178,10 +180,16 @@ def test_a_host_memory_leak_is_found_before_it_runs_out(tmp_path, graph_mode):
     assert 20 + 25 <= found["step"] <= 20 + 70           # once the window of 1 s has risen
 
 
-def test_no_alarm_for_a_warm_up_lr_and_a_healthy_run(tmp_path, graph_mode):
+def test_no_alarm_for_a_warm_up_lr_checkpoints_and_compilation(tmp_path, graph_mode):
+    """A healthy run with an LR warm-up, a checkpoint saved every 7 steps (after the monitor:
+    inside the next step's data time) and its compilation at step 1, sampled every 50 ms."""
     schedule = nn.WarmUpLR(1e-2, 40)
+    saver = ModelCheckpoint(directory=str(tmp_path / "ckpt"),
+                            config=CheckpointConfig(save_checkpoint_steps=7,
+                                                    keep_checkpoint_max=20))
     log = _train(tmp_path, Batches(100), lr=schedule, hardware_interval_s=0.05,
-                 memory_growth_window_s=1.0)
+                 memory_growth_window_s=1.0, after=[saver])
+    assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) >= 10
     assert log.anomalies == []
     assert log.steps[-1]["eta_s"] == 0.0 and log.steps[0].get("eta_s") is None
     # step 51: the 49 steps left at the wall-clock pace of the 50 steps since step 1's end

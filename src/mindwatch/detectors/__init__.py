@@ -37,7 +37,8 @@ def build_detectors(settings, rank: int = 0) -> list:
     """The default rule set, configured from ``MonitorSettings``; ``rank``: this process's."""
     spike = dict(window=settings.spike_window, warmup=settings.spike_warmup)
     # throughput_drop and data_bound read one set of pace windows
-    pace = Pace(window=settings.pace_window, warmup=settings.trend_warmup)
+    pace = Pace(window=settings.pace_window, warmup=settings.trend_warmup,
+                samples=settings.throughput_baseline is not None)
     return [
         NonFiniteDetector(),
         GradBoundsDetector(explode=settings.grad_explode, vanish=settings.grad_vanish,

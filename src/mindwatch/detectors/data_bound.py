@@ -32,8 +32,10 @@ class DataBoundDetector(Detector):
             return []
         share = pace.data_s / pace.step_s
         # an episode ends below 80% of the limit: a share hovering at it is one episode
-        limit = self.share * (0.8 if self._episode.active else 1.0)
-        if not self._episode.starts(share > limit and pace.data_s >= MIN_SECONDS):
+        episode = self._episode
+        ongoing = episode.active
+        bound = share > self.share * (0.8 if ongoing else 1.0) and pace.data_s >= MIN_SECONDS
+        if bound == ongoing or not episode.starts(bound):
             return []
         return [Anomaly(
             DATA_BOUND, observation.step, share, self.share,

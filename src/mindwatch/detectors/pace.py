@@ -24,6 +24,7 @@ from .base import is_finite
 # An absolute floor under both rules: on millisecond steps a loaded host's scheduling noise
 # alone moves a window's median by half, and nobody waits long for a 2 ms step either way.
 MIN_SECONDS = 0.005
+INF = float("inf")
 
 
 def _median(values: deque[float]) -> float:
@@ -37,8 +38,10 @@ class Pace:
     ``compute_s`` (window medians, seconds per step), ``samples_per_s`` (None when unknown)
     and ``peer_data_s`` (each rank's median data time, when the ranks share them)."""
 
-    def __init__(self, *, window: int, warmup: int):
-        self.window, self.warmup = window, warmup
+    def __init__(self, *, window: int, warmup: int, samples: bool = True):
+        # samples: keep the samples/s window (only throughput_baseline reads it)
+        self.window, self.warmup, self.samples = window, warmup, samples
+        self._mid, self._odd = window // 2, window % 2 == 1
         self._seen: StepObservation | None = None
         self._steps: deque[float] = deque(maxlen=window)
         self._data: deque[float] = deque(maxlen=window)
@@ -59,23 +62,29 @@ class Pace:
             for window in (self._steps, self._data, self._samples):
                 window.clear()
             self._peers, self.counted = [], 0
+        # Written for the per-step cost (the budget of all three trend rules is 5 us): no
+        # helper calls on the common path; NaN fails every comparison below.
         after_skip, self._after_skip = self._after_skip, obs.skipped
         step_s = obs.step_time_s
-        if obs.segment_step <= self.warmup or obs.skipped or after_skip \
-                or not is_finite(step_s) or step_s <= 0:
+        if obs.segment_step <= self.warmup or obs.skipped or after_skip or step_s is None \
+                or not 0 < step_s < INF:
             self.ready = self._counted_last = False
             return
         self._counted_last = True
         data = obs.data_time_s
         self.counted += 1
         self._steps.append(step_s)
-        self._data.append(min(data / obs.steps, step_s) if is_finite(data) and data >= 0
+        self._data.append(min(data / obs.steps, step_s) if data is not None and 0 <= data < INF
                           else 0.0)
-        if is_finite(obs.samples_per_s):
-            self._samples.append(obs.samples_per_s)
+        samples = obs.samples_per_s
+        if self.samples and samples is not None and 0 <= samples < INF:
+            self._samples.append(samples)
         self.ready = len(self._steps) == self.window
         if self.ready:
-            self.step_s, self.data_s = _median(self._steps), _median(self._data)
+            mid, odd = self._mid, self._odd
+            steps, data = sorted(self._steps), sorted(self._data)
+            self.step_s = steps[mid] if odd else (steps[mid - 1] + steps[mid]) / 2
+            self.data_s = data[mid] if odd else (data[mid - 1] + data[mid]) / 2
             self.compute_s = max(self.step_s - self.data_s, 0.0)
             self.samples_per_s = (_median(self._samples) if len(self._samples) == self.window
                                   else None)

@@ -47,6 +47,7 @@ class ThroughputDropDetector(Detector):
         self._best: Window | None = None
         self._group: list[Window] = []
         self._first_group = True
+        self._limits, self._floor = (0.0, 0.0), 0.0
         self._episode = Episode()
 
     def update(self, observation: StepObservation) -> list[Anomaly]:
@@ -66,19 +67,23 @@ class ThroughputDropDetector(Detector):
         pace = self.pace
         if not pace.ready:
             return []
-        if pace.counted % pace.window == 0:          # the window is disjoint from the last
+        # a window disjoint from the last one; none while the run is slow, so that a slowdown
+        # that starts while the first group is gathered does not become the baseline
+        if pace.counted % pace.window == 0 and not self._episode.active:
             self._learn((pace.step_s, pace.data_s, pace.compute_s, pace.peer_data_s()))
         best = self._best
         assert best is not None
         # Within an episode the run must come halfway back (and the throughput 5% above the
         # user's baseline) to end it: a median hovering at the limit is one episode, not many.
-        ongoing = self._episode.active
-        factor = 1 + (self.factor - 1) / 2 if ongoing else self.factor
-        slow = pace.step_s > factor * best[0] and pace.step_s - best[0] >= MIN_SECONDS
-        floor = None if self.baseline is None else self.baseline * (1.05 if ongoing else 1.0)
-        below = floor is not None and pace.samples_per_s is not None \
-            and pace.samples_per_s < floor
-        if not self._episode.starts(slow or below):
+        episode = self._episode
+        ongoing = episode.active
+        step_s = pace.step_s
+        slow = step_s > self._limits[ongoing] and step_s >= self._floor
+        if self.baseline is not None and pace.samples_per_s is not None:
+            slow = slow or pace.samples_per_s < self.baseline * (1.05 if ongoing else 1.0)
+        if slow == ongoing:                 # the common case, decided without a call
+            return []
+        if not episode.starts(slow):
             return []
         cause, ranks, where = self._cause(best, self.factor * best[0])
         if pace.step_s > self.factor * best[0]:
@@ -104,6 +109,9 @@ class ThroughputDropDetector(Detector):
         # the first group's median window, as far as the group goes; later, a faster one's
         if self._first_group or (full and self._best is not None and middle[0] < self._best[0]):
             self._best = middle
+            # the limits in force out of an episode and in one, and the 5 ms floor
+            self._limits = (self.factor * middle[0], (1 + (self.factor - 1) / 2) * middle[0])
+            self._floor = middle[0] + MIN_SECONDS
         if full:
             self._group, self._first_group = [], False
 
