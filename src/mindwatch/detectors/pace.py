@@ -82,9 +82,9 @@ class Pace:
         self.ready = len(self._steps) == self.window
         if self.ready:
             mid, odd = self._mid, self._odd
-            steps, data = sorted(self._steps), sorted(self._data)
-            self.step_s = steps[mid] if odd else (steps[mid - 1] + steps[mid]) / 2
-            self.data_s = data[mid] if odd else (data[mid - 1] + data[mid]) / 2
+            ordered, by_data = sorted(self._steps), sorted(self._data)
+            self.step_s = ordered[mid] if odd else (ordered[mid - 1] + ordered[mid]) / 2
+            self.data_s = by_data[mid] if odd else (by_data[mid - 1] + by_data[mid]) / 2
             self.compute_s = max(self.step_s - self.data_s, 0.0)
             self.samples_per_s = (_median(self._samples) if len(self._samples) == self.window
                                   else None)
