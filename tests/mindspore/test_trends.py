@@ -79,16 +79,17 @@ def _kinds(log):
 
 
 def test_a_slower_step_under_model_train_is_a_compute_throughput_drop(tmp_path, mode):
-    log = _train(tmp_path, Batches(70), callbacks=[SlowSteps(SLOW_FROM, 0.04)])
+    # 100 ms more per step: far above a loaded host's PyNative step (10-40 ms)
+    log = _train(tmp_path, Batches(70), callbacks=[SlowSteps(SLOW_FROM, 0.1)])
     [(kind, step)] = _kinds(log)
     assert kind == "throughput_drop"
-    assert SLOW_FROM + 4 <= step <= SLOW_FROM + 6         # half of the window of 10 slow
+    assert SLOW_FROM + 4 <= step <= SLOW_FROM + 7         # half of the window of 10 slow
     [drop] = log.anomalies
     assert drop["cause"] == "compute" and drop["ranks"] == [0]
     before = statistics.median(s["step_time_s"] for s in log.steps[10:SLOW_FROM - 1])
     assert drop["threshold"] == pytest.approx(1.5 * before, rel=0.3)
     # the median of a window half slow: halfway between the two paces
-    assert drop["value"] > drop["threshold"] and drop["value"] > 0.018
+    assert drop["value"] > drop["threshold"] and drop["value"] > 0.05
 
 
 def test_model_fit_evaluations_then_a_slow_input_pipeline(tmp_path, graph_mode):
