@@ -211,3 +211,15 @@ def test_a_slowdown_while_the_baseline_is_learned_does_not_become_it(tmp_path, c
     assert _run(monitor, clock, [(0.12, 0.01)] * 10, first=126) == []
     [drop] = [d for d in monitor.detectors if isinstance(d, ThroughputDropDetector)]
     assert drop._best[0] == pytest.approx(0.1)
+
+
+def test_a_data_time_given_in_extra_counts_as_the_argument(tmp_path, clock):
+    """Before data_time_s was an argument, custom loops logged it through extra."""
+    monitor = _monitor(tmp_path, clock, throughput_drop_factor=10.0)
+    found = []
+    for step in range(1, 31):
+        clock.advance(0.1)
+        found += monitor.observe(step=step, loss=1.0, extra={"data_time_s": 0.08})
+    assert [a.kind for a in found] == ["data_bound"]
+    monitor.close()
+    assert read_rank_log(monitor.log_path).steps[-1]["data_time_s"] == 0.08
