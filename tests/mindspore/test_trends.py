@@ -16,20 +16,25 @@ from mindwatch.mindspore import TrainMonitor
 from mindwatch.runlog import read_rank_log
 from ms_helpers import make_regressor, regression_arrays
 
-PACE = dict(hardware_interval_s=None, trend_warmup=10, pace_window=10)
+# Short windows; a factor of 2, which the other test worker's load on a 2-core host does not
+# reach on steps that SlowSteps makes last 20 ms (the regressor's own step is 1-5 ms, and a
+# loaded host doubles that: a real slowdown, but not the one a test injects).
+PACE = dict(hardware_interval_s=None, trend_warmup=10, pace_window=10,
+            throughput_drop_factor=2.0)
 SLOW_FROM = 40
 
 
 class SlowSteps(Callback):
-    """Before the monitor in the callback list: from ``start`` on, every step waits
-    ``seconds`` inside the step as mindwatch times it (a device throttled)."""
+    """Before the monitor in the callback list: every step waits ``base`` seconds inside the
+    step as mindwatch times it (a device's steady compute), and ``seconds`` more from step
+    ``start`` on (the device throttled)."""
 
-    def __init__(self, start, seconds):
-        self.start, self.seconds = start, seconds
+    def __init__(self, start=None, seconds=0.0, base=0.02):
+        self.start, self.seconds, self.base = start, seconds, base
 
     def on_train_step_end(self, run_context):
-        if run_context.original_args().cur_step_num >= self.start:
-            time.sleep(self.seconds)
+        slow = self.start is not None and run_context.original_args().cur_step_num >= self.start
+        time.sleep(self.base + (self.seconds if slow else 0.0))
 
 
 class Batches:
@@ -79,24 +84,24 @@ def _kinds(log):
 
 
 def test_a_slower_step_under_model_train_is_a_compute_throughput_drop(tmp_path, mode):
-    # 100 ms more per step: far above a loaded host's PyNative step (10-40 ms)
-    log = _train(tmp_path, Batches(70), callbacks=[SlowSteps(SLOW_FROM, 0.1)])
+    log = _train(tmp_path, Batches(70), callbacks=[SlowSteps(SLOW_FROM, 0.2)])
     [(kind, step)] = _kinds(log)
     assert kind == "throughput_drop"
     assert SLOW_FROM + 4 <= step <= SLOW_FROM + 7         # half of the window of 10 slow
     [drop] = log.anomalies
     assert drop["cause"] == "compute" and drop["ranks"] == [0]
     before = statistics.median(s["step_time_s"] for s in log.steps[10:SLOW_FROM - 1])
-    assert drop["threshold"] == pytest.approx(1.5 * before, rel=0.3)
+    assert drop["threshold"] == pytest.approx(2.0 * before, rel=0.3)
     # the median of a window half slow: halfway between the two paces
     assert drop["value"] > drop["threshold"] and drop["value"] > 0.05
 
 
 def test_model_fit_evaluations_then_a_slow_input_pipeline(tmp_path, graph_mode):
     """Six epochs of 25 steps, a 0.3 s evaluation after each: no alarm for the evaluations;
-    from the 105th batch served on (the fifth epoch) each batch takes 30 ms: data_bound, and
+    from the 105th batch served on (the fifth epoch) each batch takes 60 ms: data_bound, and
     a throughput_drop that names the data time."""
-    log = _train(tmp_path, Batches(25, slow=105), epochs=6, fit=True)
+    log = _train(tmp_path, Batches(25, slow=105, delay=0.06), epochs=6, fit=True,
+                 callbacks=[SlowSteps()])
     assert [e.get("eval") is not None for e in log.of_kind("epoch")] == [True] * 6
     kinds = _kinds(log)
     assert {kind for kind, _ in kinds} == {"data_bound", "throughput_drop"}, log.anomalies
@@ -107,8 +112,9 @@ def test_model_fit_evaluations_then_a_slow_input_pipeline(tmp_path, graph_mode):
     bound = next(a for a in log.anomalies if a["anomaly"] == "data_bound")
     assert drop["cause"] == "data" and drop["ranks"] == [0]
     # the source serves its batches ahead of the step (the pipeline's queue): the slowdown
-    # reaches the step some batches later, then half the window of 10 must be slow
-    assert 105 + 4 <= bound["step"] <= 105 + 25 and bound["value"] > 0.5
+    # reaches the step some batches later (more on a loaded host), then half the window of
+    # 10 must be slow
+    assert 105 + 4 <= bound["step"] <= 105 + 40 and bound["value"] > 0.5
     assert bound["threshold"] == 0.5 and "input-bound" in bound["message"]
     # the evaluation is in no step's time: each epoch's first step is timed from its start
     firsts = [s["step_time_s"] for s in log.steps if s["step"] % 25 == 1][1:]
@@ -117,7 +123,9 @@ def test_model_fit_evaluations_then_a_slow_input_pipeline(tmp_path, graph_mode):
 
 def test_the_jit_step_loop_measures_its_data_time_and_finds_the_input_bound(tmp_path, mode):
     net = make_regressor()
-    monitor = TrainMonitor(str(tmp_path), stream=io.StringIO(), total_steps=70, **PACE)
+    # its steps are the regressor's own (1-5 ms, doubled by a loaded host): a factor of 3
+    monitor = TrainMonitor(str(tmp_path), stream=io.StringIO(), total_steps=70,
+                           **{**PACE, "throughput_drop_factor": 3.0})
     optimizer = nn.Adam(net.trainable_params(), 1e-2)
     loss_fn = nn.MSELoss()
 
@@ -129,7 +137,7 @@ def test_the_jit_step_loop_measures_its_data_time_and_finds_the_input_bound(tmp_
     found = []
     for index in range(70):
         if index + 1 >= SLOW_FROM:
-            time.sleep(0.03)                       # the loop's loader falls behind
+            time.sleep(0.06)                       # the loop's loader falls behind
         x, y = source[index]
         outputs = step(ms.Tensor(x), ms.Tensor(y))
         found += monitor.observe(step=index + 1, outputs=outputs)
@@ -137,7 +145,7 @@ def test_the_jit_step_loop_measures_its_data_time_and_finds_the_input_bound(tmp_
     log = read_rank_log(monitor.monitor.log_path)
     assert "data_time_s" not in log.steps[0]       # no previous step to measure from
     late = [s["data_time_s"] for s in log.steps[SLOW_FROM:]]
-    assert min(late) >= 0.03
+    assert min(late) >= 0.06
     assert {a.kind for a in found} == {"data_bound", "throughput_drop"}
     assert log.steps[-1]["eta_s"] == 0.0
     # at step 60: the 10 steps left at the pace of the last 50 (mostly slow ones now)
@@ -183,13 +191,14 @@ def test_a_host_memory_leak_is_found_before_it_runs_out(tmp_path, graph_mode):
 
 def test_no_alarm_for_a_warm_up_lr_checkpoints_and_compilation(tmp_path, graph_mode):
     """A healthy run with an LR warm-up, a checkpoint saved every 7 steps (after the monitor:
-    inside the next step's data time) and its compilation at step 1, sampled every 50 ms."""
+    inside the next step's data time) and its compilation at step 1. (Memory is left to the
+    faults benchmark's healthy runs: over a window of 1 s, which a test's seconds need, the
+    few MB a process allocates at the end of training project to an hour.)"""
     schedule = nn.WarmUpLR(1e-2, 40)
     saver = ModelCheckpoint(directory=str(tmp_path / "ckpt"),
                             config=CheckpointConfig(save_checkpoint_steps=7,
                                                     keep_checkpoint_max=20))
-    log = _train(tmp_path, Batches(100), lr=schedule, hardware_interval_s=0.05,
-                 memory_growth_window_s=1.0, after=[saver])
+    log = _train(tmp_path, Batches(100), lr=schedule, callbacks=[SlowSteps()], after=[saver])
     assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) >= 10
     assert log.anomalies == []
     assert log.steps[-1]["eta_s"] == 0.0 and log.steps[0].get("eta_s") is None
