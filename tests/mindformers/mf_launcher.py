@@ -88,15 +88,16 @@ class StopAtStep(Callback):
 
 @MindFormerRegister.register(MindFormerModuleType.CALLBACK)
 class SlowFromStep(Callback):
-    """From step ``step`` on, every step waits ``seconds`` at its end: listed before mindwatch,
-    inside the step as mindwatch times it (a device throttled)."""
+    """Every step waits ``base`` seconds at its end (a device's steady compute, which a loaded
+    CI host's contention cannot triple), and ``seconds`` more from step ``step`` on (the
+    device throttled): listed before mindwatch, inside the step as mindwatch times it."""
 
-    def __init__(self, step, seconds):
-        self.step, self.seconds = step, seconds
+    def __init__(self, step, seconds, base=0.0):
+        self.step, self.seconds, self.base = step, seconds, base
 
     def on_train_step_end(self, run_context):
-        if run_context.original_args().cur_step_num >= self.step:
-            time.sleep(self.seconds)
+        slow = run_context.original_args().cur_step_num >= self.step
+        time.sleep(self.base + (self.seconds if slow else 0.0))
 
 
 @MindFormerRegister.register(MindFormerModuleType.CALLBACK)
