@@ -32,7 +32,15 @@ def test_demo_trains_and_loss_falls(tmp_path):
     assert all(s["samples_per_s"] == pytest.approx(16 / s["step_time_s"]) for s in steps)
     summary = subprocess.run([*MINDWATCH, "summary", str(tmp_path / "run")], capture_output=True,
                              text=True, timeout=60)
-    assert summary.returncode == 0 and "HEALTHY" in summary.stdout
+    # A test worker shares the CI host's two cores with another worker, which may be running
+    # several training processes: the demo's step can then really take 2-3x longer for a while,
+    # and throughput_drop says so (the compute time grew). Nothing else may be found.
+    slowed = [a for a in log.anomalies if a["anomaly"] == "throughput_drop"]
+    assert all(a["cause"] == "compute" for a in slowed) and len(slowed) == len(log.anomalies)
+    if not log.anomalies:
+        assert summary.returncode == 0 and "HEALTHY" in summary.stdout
+    else:
+        assert summary.returncode == 1 and "throughput_drop" in summary.stdout
 
 
 @pytest.mark.parametrize("fault, kind, stops", [
