@@ -174,7 +174,8 @@ def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts
     run_launcher(tmp_path, config)
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     [drop] = log.anomalies
-    assert drop["anomaly"] == "throughput_drop" and drop["step"] == 14   # 2 of 4 slow
+    # 2 of the window's 4 steps slow (3 when a loaded host slowed the baseline's steps too)
+    assert drop["anomaly"] == "throughput_drop" and drop["step"] in (14, 15)
     assert drop["cause"] == "compute" and drop["ranks"] == [0]
     assert drop["value"] > 0.2 and drop["actions"] == ["warn"]
     assert all(s["data_time_s"] >= 0 for s in log.steps)
