@@ -138,8 +138,9 @@ class MonitorSettings:
         "steps")
     throughput_drop_factor: float = setting(
         1.5, "`throughput_drop` when the median step time is above this multiple of the run's "
-        "steady pace: the fastest median the segment has had since `trend_warmup`. The message "
-        "says whether data or compute time grew, and on which ranks. Above 1.", "x")
+        "steady pace (and at least 5 ms slower): the median of five disjoint windows after "
+        "`trend_warmup`, replaced only by a later five's that is faster. The message says "
+        "whether data or compute time grew, and on which ranks. Above 1.", "x")
     throughput_baseline: float | None = setting(
         None, "`throughput_drop` also when the median samples/s of this rank falls below this "
         "(per device, as MindSpore Transformers' `throughput_baseline`). Needs `samples_per_s` "

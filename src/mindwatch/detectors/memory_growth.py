@@ -27,9 +27,8 @@ from ..observation import HardwareSample
 from ..records import Anomaly as Record
 from ..records import device_label
 from .base import Detector, Episode, is_finite
+from .hardware import HOST
 from .memory_trend import BUCKETS, MemoryTrend
-
-HOST = "host"
 
 
 class MemoryGrowthDetector(Detector):
