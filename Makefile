@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint venv bench docs clean
+.PHONY: demo test test-compat lint venv bench docs clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,31 @@ PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
+# The other supported MindSpore / MindSpore Transformers pairs (docs/versions.md), each in
+# its own venv from its own lock (compat/<pair>.lock), built once and rebuilt when the lock
+# changes. Against each: the conformance matrix, the MindFormers Trainer/YAML tests, the
+# multi-rank tests and SummaryCollector's. COMPAT_PAIRS=ms2.8.0 runs one.
+COMPAT_PAIRS ?= ms2.7.0-mf1.6.0 ms2.7.1-mf1.7.0 ms2.7.2-mf1.8.0 ms2.8.0 ms2.9.0-mf1.9.0
+COMPAT_TESTS ?= -m "conformance or mindformers or msrun or summary_collector"
+COMPAT := .venv-compat
+
+$(COMPAT)/%/.installed: compat/%.lock pyproject.toml
+	rm -rf $(COMPAT)/$*
+	$(PYTHON) -m venv $(COMPAT)/$*
+	$(COMPAT)/$*/bin/python -m pip install --quiet --upgrade pip
+	$(COMPAT)/$*/bin/python -m pip install --quiet -r compat/$*.lock
+	$(COMPAT)/$*/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+test-compat: $(COMPAT_PAIRS:%=$(COMPAT)/%/.installed)
+	@failed=""; for pair in $(COMPAT_PAIRS); do \
+	  start=$$(date +%s); echo "== $$pair"; \
+	  $(COMPAT)/$$pair/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup \
+	    -p no:cacheprovider $(COMPAT_TESTS) $(PYTEST_ARGS) || failed="$$failed $$pair"; \
+	  echo "== $$pair: $$(( $$(date +%s) - start )) s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-compat failed for:$$failed"; exit 1; fi
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy
 
@@ -38,4 +63,4 @@ docs: $(STAMP)
 	$(PY) -m mindwatch.report.settings_table --write docs/api.md
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(COMPAT) runs .pytest_cache

@@ -43,6 +43,9 @@ class FrameworkHooks:
     """The framework's side of the monitor; every hook is optional.
 
     - ``versions``: package versions for the ``run`` record (e.g. ``{"mindspore": "2.10.0"}``).
+    - ``untested``: one line for each of those versions that mindwatch is not tested with
+      (``basics.versions.ReleaseTable.untested``); said once, as notices at the start of
+      the first run segment, and training goes on.
     - ``save_checkpoint(step, reason) -> path or None``: writes the weights (and optimizer
       state) of the last completed step into the run directory, atomically, as
       ``run_dir.checkpoint_path(log_dir, step, rank, reason)`` (reason ``"anomaly"`` or
@@ -74,6 +77,7 @@ class FrameworkHooks:
     """
 
     versions: Mapping[str, str | None] = field(default_factory=dict)
+    untested: tuple[str, ...] = ()
     save_checkpoint: Callable[[int, str], str | None] | None = None
     resume_hint: Callable[[str], str] | None = None
     notes: Callable[[], list[str]] | None = None
@@ -92,6 +96,10 @@ class FrameworkHooks:
             if hook is not None and not callable(hook):
                 raise TypeError(f"FrameworkHooks.{name} must be callable or None; got "
                                 f"{type(hook).__name__}")
+        if not isinstance(self.untested, tuple) or not all(isinstance(line, str)
+                                                           for line in self.untested):
+            raise TypeError("FrameworkHooks.untested must be a tuple of str; got "
+                            f"{self.untested!r}")
         for setting, factory in self.sinks.items():
             if not callable(factory):
                 raise TypeError(f"FrameworkHooks.sinks[{setting!r}] must be callable "

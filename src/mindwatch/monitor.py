@@ -104,6 +104,7 @@ class Monitor:
         self.clock: Clock = clock or SystemClock()
         self.versions = {Versions.MINDWATCH: __version__, Versions.MINDSPORE: None,
                          Versions.PYTHON: platform.python_version(), **self.framework.versions}
+        self._said_untested = False      # the framework's untested versions, said once
         self.policy = Policy(self.settings.policies, signal=self.settings.on_signal)
         self.detectors: list[Detector] = build_detectors(self.settings, self.rank)
         self.peers = Peers(rank=self.rank, world_size=self.world_size, policy=self.policy,
@@ -194,6 +195,10 @@ class Monitor:
             Run.CONFIG: self.settings.as_record(), Run.VERSIONS: self.versions,
             Run.LOG_PATH: self.log_path, Run.TOTAL_STEPS: total_steps, Run.ARGV: list(sys.argv),
             **run_info})
+        if not self._said_untested:
+            self._said_untested = True
+            for message in self.framework.untested:
+                self.notice(message)
         self._hardware.run()
         self._hangs.start(self._current.segment.last_step)
         if self.settings.on_signal is not None and not self._stops.install_signals():

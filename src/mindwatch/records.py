@@ -106,6 +106,7 @@ class Versions(Fields):
     MINDWATCH = required("mindwatch")
     MINDSPORE = required("mindspore")
     PYTHON = required("python")
+    MINDFORMERS = optional("mindformers")       # under mindwatch.mindformers
 
 
 class Step(Fields):

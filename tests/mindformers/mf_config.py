@@ -2,12 +2,13 @@
 Llama on the CPU (see mf_launcher.py for what the CPU needs), mindwatch in its `callbacks:`."""
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from msrun_env import free_port, msrun_environment
 
 HERE = Path(__file__).parent
 REGISTER_PATH = str(Path(__file__).parents[2] / "src" / "mindwatch" / "mindformers" / "register")
@@ -68,10 +69,18 @@ def run_launcher(tmp_path, config, **env):
 
 
 def mf_steps(tmp_path, rank=0):
-    """MFLossMonitor's records of each step, from MindFormers' own log."""
+    """MFLossMonitor's records of each step, from MindFormers' own log. ``loss_abs``: half a
+    unit of the loss's last printed digit (MindFormers 1.6 prints 3 decimals, later
+    releases 6), what a loss that MindFormers rounded can differ by."""
     text = (tmp_path / "output" / "log" / f"rank_{rank}" / "info.log").read_text()
     return {int(m[1]): {"loss": float(m[2]), "lr": float(m[3]), "overflow": m[4] == "True",
-                        "grad_norm": float(m[5])} for m in MF_LINE.finditer(text)}
+                        "grad_norm": float(m[5]), "loss_abs": _half_last_digit(m[2])}
+            for m in MF_LINE.finditer(text)}
+
+
+def _half_last_digit(printed):
+    decimals = len(printed.strip().partition(".")[2])
+    return 0.5 * 10.0 ** -decimals * (1 + 1e-6)
 
 
 def data_parallel(config, ranks=2):
@@ -88,24 +97,14 @@ def data_parallel(config, ranks=2):
     return config
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_msrun(tmp_path, config, ranks=2):
     """``msrun`` over mf_launcher.py, as `msrun ... run_mindformer.py --config` starts a job;
     the updates each rank's optimizer applied, by rank."""
-    env = {**os.environ, "REGISTER_PATH": REGISTER_PATH}
-    # msrun starts workers with the `python` on PATH: make it this interpreter.
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
-    for name in ("RANK_ID", "RANK_SIZE", "DEVICE_ID", "MS_WORKER_NUM", "MS_NODE_ID"):
-        env.pop(name, None)
+    env = msrun_environment(REGISTER_PATH=REGISTER_PATH)
     logs = tmp_path / "msrun_logs"
     result = subprocess.run(
         [sys.executable, "-m", "mindspore.parallel.cluster.run", f"--worker_num={ranks}",
-         f"--local_worker_num={ranks}", f"--master_port={_free_port()}", f"--log_dir={logs}",
+         f"--local_worker_num={ranks}", f"--master_port={free_port()}", f"--log_dir={logs}",
          "--join=True", str(HERE / "mf_launcher.py"), str(config)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
     workers = [(logs / f"worker_{rank}.log").read_text(errors="replace")

@@ -29,6 +29,7 @@ from mindwatch.mindspore import TrainMonitor
 from mindwatch.runlog import read_rank_log
 from ms_helpers import make_regressor, regression_arrays
 
+pytestmark = pytest.mark.conformance
 BATCH = 8
 LR = 1e-2
 

@@ -16,6 +16,7 @@ from multirank_trainer import HANG_TIMEOUT_S, SLOWDOWN_STEP, STALL_STEP
 from test_overheat_e2e import heating_npu_smi
 
 from mindwatch.runlog import read_rank_log, read_run
+from msrun_env import assert_ranks_ran_this_mindspore, free_port, msrun_environment
 from webhook_service import Webhook
 
 pytestmark = [pytest.mark.msrun, pytest.mark.timeout(240)]
@@ -23,24 +24,9 @@ HERE = Path(__file__).resolve().parent
 TRAINER = HERE / "multirank_trainer.py"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _environment(**env):
-    environment = dict(os.environ, **env)
-    # msrun starts workers with the `python` on PATH: make it this interpreter.
-    environment["PATH"] = os.path.dirname(sys.executable) + os.pathsep + environment["PATH"]
-    for name in ("RANK_ID", "RANK_SIZE", "DEVICE_ID", "MS_WORKER_NUM", "MS_NODE_ID"):
-        environment.pop(name, None)
-    return environment
-
-
 def _msrun_command(tmp_path, log_dir, out_dir, scenario):
     return [sys.executable, "-m", "mindspore.parallel.cluster.run", "--worker_num=2",
-            "--local_worker_num=2", f"--master_port={_free_port()}",
+            "--local_worker_num=2", f"--master_port={free_port()}",
             f"--log_dir={tmp_path / 'msrun_logs'}", "--join=True",
             str(TRAINER), str(log_dir), str(out_dir), scenario]
 
@@ -74,13 +60,14 @@ def msrun(tmp_path, scenario, **env):
     log_dir, out_dir = tmp_path / "run", tmp_path / "out"
     out_dir.mkdir()
     result = subprocess.run(_msrun_command(tmp_path, log_dir, out_dir, scenario),
-                            env=_environment(**env), capture_output=True, text=True,
+                            env=msrun_environment(**env), capture_output=True, text=True,
                             timeout=200, cwd=tmp_path)
     worker_logs = "\n".join(p.read_text(errors="replace")[-3000:]
                             for p in sorted((tmp_path / "msrun_logs").glob("worker_*.log")))
     assert result.returncode == 0, f"msrun failed:\n{result.stderr[-3000:]}\n{worker_logs}"
     run = read_run(str(log_dir))
     assert [log.rank for log in run.ranks] == [0, 1]
+    assert_ranks_ran_this_mindspore(run)
     return run, out_dir
 
 
@@ -273,7 +260,7 @@ def test_sigterm_stops_every_rank_after_the_same_step(tmp_path, targets):
     log_dir, out_dir = tmp_path / "run", tmp_path / "out"
     out_dir.mkdir()
     process = subprocess.Popen(_msrun_command(tmp_path, log_dir, out_dir, "long"),
-                               env=_environment(), stdout=subprocess.DEVNULL,
+                               env=msrun_environment(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                                start_new_session=True)
     try:

@@ -11,13 +11,19 @@ import pytest
 from mindspore import nn
 from mindspore.train import Callback, SummaryCollector
 from mindspore.train.summary_pb2 import Event
-from tensorboard.backend.event_processing import event_accumulator
 
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.mindspore.mindinsight import read_events
 from mindwatch.runlog import read_rank_log
 from mindwatch.sinks.prometheus import PrometheusSink
 from ms_helpers import make_regressor, regression_dataset
+
+# Test tools, not runtime extras: TensorBoard's own reader and the Prometheus client (the
+# locks hold both; a venv with only `mindwatch[all]` lacks the reader).
+event_accumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator",
+    reason="TensorBoard's reader is a test tool: pip install tensorboard")
+pytest.importorskip("prometheus_client", reason="pip install 'mindwatch[prometheus]'")
 
 
 class _Scrape(Callback):
@@ -40,6 +46,7 @@ def _prometheus_value(text, name):
     raise AssertionError(f"{name} not served")
 
 
+@pytest.mark.summary_collector
 @pytest.mark.fresh_process
 def test_views_hold_the_run_logs_values(tmp_path, quiet, graph_mode):
     log_dir = tmp_path / "run"

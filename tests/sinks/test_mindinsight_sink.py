@@ -17,7 +17,8 @@ from mindspore.train.summary_pb2 import Event
 from tensorboardX.crc32c import crc32c as reference_crc32c
 
 from mindwatch.mindspore import mindinsight
-from mindwatch.mindspore.mindinsight import MindInsightSink, summary_event_class
+from mindwatch.mindspore.compat import summary_event_class
+from mindwatch.mindspore.mindinsight import MindInsightSink
 
 
 def _masked(data):
@@ -148,6 +149,7 @@ class _FeedMindInsight(Callback):
         self.sink.close()
 
 
+@pytest.mark.summary_collector
 @pytest.mark.fresh_process
 def test_coexists_with_a_users_summary_collector(tmp_path, graph_mode):
     rng = np.random.default_rng(0)

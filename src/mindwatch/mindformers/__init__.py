@@ -18,9 +18,8 @@ def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if importlib.util.find_spec("mindformers") is None:
-        raise ImportError("mindwatch.mindformers needs MindSpore Transformers 2.0 beside "
-                          "MindSpore 2.10: pip install mindformers==2.0.0 "
-                          "(docs/mindformers.md)")
+        from .compat import INSTALL_HINT
+        raise ImportError(f"mindwatch.mindformers needs MindSpore Transformers: {INSTALL_HINT}")
     from .monitor import MindWatchMonitor
     from .reader import MindFormersReader
     return {"MindWatchMonitor": MindWatchMonitor, "MindFormersReader": MindFormersReader}[name]

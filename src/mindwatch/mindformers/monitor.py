@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
-
 from ..mindspore import TrainMonitor
+from . import compat
 from .reader import MindFormersReader
 
 DEFAULT_SUBDIR = "mindwatch"
@@ -15,15 +14,10 @@ DEFAULT_SUBDIR = "mindwatch"
 
 def default_log_dir() -> str:
     """``<MindFormers' output directory>/mindwatch``: beside its checkpoints and logs."""
-    try:
-        from mindformers.tools.utils import get_output_root_path
-        root = get_output_root_path()
-    except Exception:  # an older MindFormers without it: the working directory's output/
-        root = os.path.join(os.getcwd(), "output")
-    return os.path.join(root, DEFAULT_SUBDIR)
+    return os.path.join(compat.output_root(), DEFAULT_SUBDIR)
 
 
-@MindFormerRegister.register(MindFormerModuleType.CALLBACK)
+@compat.register_callback
 class MindWatchMonitor(TrainMonitor):
     """``TrainMonitor`` reading MindFormers' train cells and their decisions.
 
@@ -40,16 +34,15 @@ class MindWatchMonitor(TrainMonitor):
 
     def __init__(self, log_dir: str | None = None, **settings: Any):
         super().__init__(log_dir or default_log_dir(), reader=MindFormersReader(),
-                         tensorboard_dir=beside_mindformers_tensorboard, **settings)
+                         tensorboard_dir=beside_mindformers_tensorboard,
+                         releases=(compat.release(),), **settings)
 
 
 def beside_mindformers_tensorboard(rank: int) -> str | None:
     """``<tensorboard_dir>/mindwatch_rank_<R>`` when the config has ``tensorboard:
     tensorboard_dir`` (MindFormers writes ``<tensorboard_dir>/rank_<R>``): TensorBoard on
     that folder shows MindFormers' and mindwatch's scalars as runs side by side."""
-    from mindformers.utils.tensorboard import get_tensorboard_writer
-    writer = get_tensorboard_writer()
-    own = getattr(writer, "logdir", None)
-    if not own:
+    own = compat.tensorboard_logdir()
+    if own is None:
         return None
     return os.path.join(os.path.dirname(os.path.normpath(own)), f"mindwatch_rank_{rank}")

@@ -1,12 +1,13 @@
 """Reading MindFormers' train cells (``MFTrainOneStepCell`` and its pipeline twin): their
 outputs and their own decisions about the update.
 
-``(loss, overflow, scaling_sens, learning_rate, global_norm[, local_norm, size])``: the
-update is dropped on an overflow, and with ``use_skip_data_by_global_norm`` also when the
-global norm is not below ``global_norm_spike_threshold`` (the cell compares
-``global_norm < threshold`` in float32). ``global_norm`` is None unless ``use_clip_grad``;
-``local_norm`` (``runner_wrapper.local_norm: True``) is each gradient's squared L2 norm, in
-the order of the optimizer's parameters.
+``(loss, overflow, scaling_sens, learning_rate, global_norm[, local_norm, size])`` in every
+tested release (compat.py): the update is dropped on an overflow, and with
+``use_skip_data_by_global_norm`` also when the global norm is not below
+``global_norm_spike_threshold`` (the cell compares ``global_norm < threshold`` in float32).
+``global_norm`` is None unless ``use_clip_grad``; ``local_norm``
+(``runner_wrapper.local_norm: True``) is each gradient's squared L2 norm, in the order of the
+optimizer's parameters.
 """
 from __future__ import annotations
 
@@ -16,20 +17,20 @@ import numpy as np
 
 from ..mindspore.cell_reader import TrainCellReader
 from ..mindspore.outputs import StepOutputs, read_outputs
-
-_TUPLE_LENGTHS = (5, 7)
+from . import compat
 
 
 class MindFormersReader(TrainCellReader):
     def read(self, outputs: Any, cell: Any) -> StepOutputs:
         out = read_outputs(outputs)
-        if not isinstance(outputs, (tuple, list)) or len(outputs) not in _TUPLE_LENGTHS:
+        if not compat.outputs_of_train_cell(outputs):
             return out
-        if not out.skipped and getattr(cell, "use_skip_data_by_global_norm", False):
-            out.skipped = not _below(out.grad_norm, getattr(cell, "global_norm_spike_threshold",
-                                                            1.0))
-        if len(outputs) == 7 and outputs[5] is not None:
-            out.param_sq_norms = np.asarray(outputs[5].asnumpy(), np.float64).reshape(-1)
+        if not out.skipped and compat.cell_setting(cell, compat.SKIP_BY_GLOBAL_NORM, False):
+            out.skipped = not _below(out.grad_norm, compat.cell_setting(
+                cell, compat.SPIKE_THRESHOLD, compat.DEFAULT_SPIKE_THRESHOLD))
+        norms = compat.local_norms(outputs)
+        if norms is not None:
+            out.param_sq_norms = np.asarray(norms.asnumpy(), np.float64).reshape(-1)
         return out
 
     def layer_names(self, cell: Any) -> list[str] | None:
@@ -47,7 +48,7 @@ class MindFormersReader(TrainCellReader):
                 "it); set it to have mindwatch check the norm")
 
     def unprotected(self, cell: Any) -> str:
-        if cell is not None and not getattr(cell, "use_clip_grad", True):
+        if cell is not None and not compat.cell_setting(cell, compat.USE_CLIP_GRAD, True):
             return ("MindFormers' train cell computes no global gradient norm without "
                     "runner_wrapper.use_clip_grad: True; with it mindwatch checks the norm, "
                     "and use_skip_data_by_global_norm: True with monitor_config."

@@ -4,16 +4,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import mindspore as ms
 from mindspore import nn
 from mindspore.train import Callback
 
 from ..anomaly import Anomaly
+from ..basics.versions import Release
 from ..framework import FrameworkHooks
 from ..monitor import Monitor
-from ..records import Versions
 from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
+from . import compat
 from .cb_params import (
     SINK_MODE_DROPPED,
     batch_size_of,
@@ -55,6 +55,8 @@ class TrainMonitor(Callback):
             ``mindwatch.mindformers``); by default MindSpore's and the user's.
         tensorboard_dir: ``rank -> directory`` for ``tensorboard=True`` beside a framework's
             own TensorBoard runs (None from it, or no callable: ``<log_dir>/tensorboard/``).
+        releases: the versions of a framework built on MindSpore (``mindwatch.mindformers``),
+            for the run record beside MindSpore's; an untested one is said once.
         **settings: any ``MonitorSettings`` field, each with a default (docs/api.md lists
             them with units), e.g. ``print_interval=10``, ``grad_explode=100.0``,
             ``on_anomaly={"loss_spike": "stop"}``, ``tensorboard=True``.
@@ -71,12 +73,16 @@ class TrainMonitor(Callback):
 
     def __init__(self, log_dir: str, *, stream=None, clock=None,
                  reader: TrainCellReader | None = None,
-                 tensorboard_dir: Callable[[int], str | None] | None = None, **settings: Any):
+                 tensorboard_dir: Callable[[int], str | None] | None = None,
+                 releases: Sequence[Release] = (), **settings: Any):
         rank = current_rank()
         self._reader = reader or TrainCellReader()
         self._saved = ModelCheckpointWatch()
+        releases = (compat.release(), *releases)
         framework = FrameworkHooks(
-            versions={Versions.MINDSPORE: ms.__version__}, save_checkpoint=self._save_checkpoint,
+            versions={release.key: release.version for release in releases},
+            untested=tuple(release.untested for release in releases if release.untested),
+            save_checkpoint=self._save_checkpoint,
             resume_hint=self._reader.resume_hint, notes=lambda: report_notes(self.train_step),
             memory_reader=mindspore_memory_reader(),
             snapshots=TrainStateSnapshots(self._train_cell),

@@ -11,6 +11,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
+from .compat import schedule_table
+
 # Steps of a schedule evaluated in one graph launch. Evaluating a schedule Cell from Python is
 # a graph launch, 1-3 ms on the CPU: per step, most of what monitoring without ``wrap`` cost.
 # MindSpore's schedules are elementwise in the step, so one launch over a vector of steps
@@ -75,7 +77,7 @@ class LrReader:
         self._schedules: dict[int, _Schedule] = {}
 
     def _schedule_value(self, schedule: nn.Cell, index: int) -> float:
-        inner = getattr(schedule, "learning_rate", None)
+        inner = schedule_table(schedule)
         if isinstance(inner, ms.Parameter):
             values = inner.asnumpy().reshape(-1)
             if values.size == 1:            # a fixed LR wrapped as a schedule (group LRs)

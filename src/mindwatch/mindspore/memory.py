@@ -8,14 +8,8 @@ from ..basics.units import (
     MB,  # the same MB as the device samples, so pool and device figures compare
 )
 from ..records import FrameworkMemory
+from .compat import RUNTIME_MEMORY
 
-# our key -> (key of mindspore.runtime.memory_stats(), the single-value function)
-FIELDS = {
-    FrameworkMemory.ALLOCATED_MB: ("total_allocated_memory", "memory_allocated"),
-    FrameworkMemory.RESERVED_MB: ("total_reserved_memory", "memory_reserved"),
-    FrameworkMemory.MAX_ALLOCATED_MB: ("max_allocated_memory", "max_memory_allocated"),
-    FrameworkMemory.MAX_RESERVED_MB: ("max_reserved_memory", "max_memory_reserved"),
-}
 # MindSpore documents these as "always 0" on CPU: no pool is tracked there, so 0 is not news
 UNTRACKED_TARGETS = ("CPU",)
 
@@ -32,7 +26,7 @@ def mindspore_memory_reader(module: Any = None) -> Callable[[], dict[str, Any]]:
     """
 
     def read() -> dict[str, Any]:
-        out: dict[str, Any] = {FrameworkMemory.DEVICE_TARGET: None, **dict.fromkeys(FIELDS)}
+        out: dict[str, Any] = {FrameworkMemory.DEVICE_TARGET: None, **dict.fromkeys(RUNTIME_MEMORY)}
         try:
             ms = module
             if ms is None:
@@ -44,7 +38,7 @@ def mindspore_memory_reader(module: Any = None) -> Callable[[], dict[str, Any]]:
                 return out
             runtime = getattr(ms, "runtime", None)
             stats = _stats(runtime)
-            for key, (stats_key, function) in FIELDS.items():
+            for key, (stats_key, function) in RUNTIME_MEMORY.items():
                 if stats is not None:
                     out[key] = _mb(stats.get(stats_key))
                 else:

@@ -55,6 +55,7 @@ from typing import Any
 
 from ..sinks.base import Sink, SinkContext
 from ..sinks.scalars import ScalarView
+from .compat import summary_event_class
 
 FILE_PREFIX = "mindwatch"
 FILE_SUFFIX = "_MS"
@@ -143,18 +144,6 @@ def read_events(path: str, event_type: Any) -> Iterator[Any]:
 def _host() -> str:
     # platform.node() as MindSpore uses, limited to characters safe in a file name.
     return re.sub(r"[^A-Za-z0-9._-]", "_", platform.node()) or "localhost"
-
-
-def summary_event_class() -> Any:
-    """MindSpore's summary ``Event`` class, or a loud ImportError saying what to install."""
-    try:
-        from mindspore.train.summary_pb2 import Event
-    except ImportError as exc:
-        raise ImportError(
-            "the MindInsight sink (mindinsight=True) writes MindSpore's summary format and needs "
-            "MindSpore's protobuf classes: pip install mindspore   (MindInsight itself is not "
-            "needed to write, only to view)") from exc
-    return Event
 
 
 def open_mindinsight_sink(context: SinkContext) -> MindInsightSink:

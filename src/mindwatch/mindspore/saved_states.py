@@ -10,6 +10,7 @@ from mindspore.train import ModelCheckpoint
 
 from ..framework import SavedStates
 from .cb_params import field
+from .compat import checkpoint_destination, last_save_step
 
 
 class ModelCheckpointWatch:
@@ -28,9 +29,8 @@ class ModelCheckpointWatch:
         after the monitor in the list saved the step before; one ahead of it, this step."""
         for callback in self._callbacks:
             path = callback.latest_ckpt_file_name
-            # MindSpore's own record of the step its latest save was taken at
-            step = getattr(callback, "_last_triggered_step", None)
-            if path and isinstance(step, int) and path not in self._saves:
+            step = last_save_step(callback)
+            if path and step is not None and path not in self._saves:
                 self._saves[path] = step
 
     def states(self) -> SavedStates:
@@ -38,7 +38,6 @@ class ModelCheckpointWatch:
                          if os.path.exists(path))
         saves_at_end = None
         if self._callbacks:
-            first = self._callbacks[0]
-            saves_at_end = (f"ModelCheckpoint (prefix {getattr(first, '_prefix', '?')!r} in "
-                            f"{getattr(first, '_directory', '?')})")
+            prefix, directory = checkpoint_destination(self._callbacks[0])
+            saves_at_end = f"ModelCheckpoint (prefix {prefix!r} in {directory})"
         return SavedStates(states=tuple(on_disk), saves_at_end=saves_at_end)

@@ -17,14 +17,10 @@ from dataclasses import dataclass
 
 from mindspore import nn, ops
 
+from .compat import FIRST_MOMENT_PREFIXES, SECOND_MOMENT_PREFIXES
+
 WEIGHT, UPDATE, GRAD, FIRST_MOMENT, SECOND_MOMENT = (
     "weight_norm", "update_norm", "grad_norm", "m_norm", "v_norm")
-# Name prefixes MindSpore's and MindFormers' optimizers give their moment Parameters
-# (``<prefix>.<weight name>``): Adam, AdamWeightDecay, Lamb, LazyAdam, Adamax, Momentum's
-# velocity, MindFormers' AdamW. An optimizer without either keeps no such moment, and the
-# record leaves ``m_norm`` / ``v_norm`` out.
-FIRST_MOMENT_PREFIXES = ("moment1", "adam_m", "lamb_m", "exp_avg", "moments")
-SECOND_MOMENT_PREFIXES = ("moment2", "adam_v", "lamb_v", "exp_avg_sq")
 
 
 @dataclass(frozen=True)

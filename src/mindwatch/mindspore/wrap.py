@@ -14,12 +14,11 @@ from typing import Any
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
-from mindspore.context import ParallelMode
 from mindspore.nn.wrap.grad_reducer import DistributedGradReducer
-from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
 from ..settings import check_bool, check_number
 from .activation_probe import ActivationProbes
+from .compat import parallel_context
 from .distributed import current_rank
 from .graph_sums import (
     after,
@@ -137,17 +136,17 @@ class MonitoredTrainStep(nn.Cell):
         self.grad_reducer = nn.Identity()
         # Reduce exactly as nn.TrainOneStepCell does in data-parallel mode, so the norm is
         # measured on the gradients the optimizer applies, identical on every rank.
-        data_parallel = _get_parallel_mode() in (ParallelMode.DATA_PARALLEL,
-                                                 ParallelMode.HYBRID_PARALLEL)
-        if data_parallel:
-            self.grad_reducer = DistributedGradReducer(self.weights, _get_gradients_mean(),
-                                                       _get_device_num())
-        self.share_verdict = skip_anomalous_updates and data_parallel
+        parallel = parallel_context()
+        if parallel.data_parallel:
+            self.grad_reducer = DistributedGradReducer(self.weights, parallel.gradients_mean,
+                                                       parallel.device_num)
+        self.share_verdict = skip_anomalous_updates and parallel.data_parallel
         # Shared with the verdict, in its AllReduce: every rank's squared norm of its own
         # gradients before the reduction (each rank fills its slot of a zero vector), so a
         # gradient anomaly can name the rank whose gradients caused it (one more pass over
         # the gradients per step, under data parallelism only).
-        world, self.rank = (_get_device_num() if self.share_verdict else 0), current_rank().rank
+        world = parallel.device_num if self.share_verdict else 0
+        self.rank = current_rank().rank
         self.rank_slot = ms.Tensor(np.eye(world, dtype=np.bool_)[self.rank]) if world else None
         self.rank_zeros = ms.Tensor(np.zeros(world, np.float32)) if world else None
         self.stats_lr_end = -(world + 1) if self.share_verdict else None

@@ -1,0 +1,112 @@
+"""What may differ between the MindSpore Transformers releases mindwatch serves, in one place.
+
+Tested: MindFormers 1.6.0 (MindSpore 2.7.0), 1.7.0 (2.7.1), 1.8.0 (2.7.2), 1.9.0 (2.9.0) and
+2.0.0 (2.10.0), each pair with its own lock (``make test-compat``; docs/versions.md). Read
+from their sources, these are the same in all five, and mindwatch reads each through here:
+
+- ``MFTrainOneStepCell`` and ``MFPipelineWithLossScaleCell`` return ``(loss, overflow,
+  scaling_sens, learning_rate, global_norm)``, and with ``local_norm: True`` also
+  ``(local_norm, size)``; ``global_norm`` is None without ``use_clip_grad``.
+- ``MindFormerRegister`` with ``MindFormerModuleType.CALLBACK`` and ``WRAPPER``;
+  ``tools.utils.get_output_root_path``; ``utils.tensorboard.get_tensorboard_writer``.
+- The cell keeps ``use_clip_grad``, ``use_skip_data_by_global_norm`` (a top-level YAML key)
+  and ``global_norm_spike_threshold`` (``monitor_config.global_norm_spike_threshold``).
+
+What does differ: the Trainer hands the wrapper ``print_separate_loss`` from 1.7 on and
+``lr_scheduler`` / ``grouped_lr_scheduler`` from 1.8 on (a wrapper takes them through
+``**kwargs``); from 1.9 on it prefers
+``monitor_config.health_checkpoint.global_norm_spike_threshold`` (the old key still works);
+2.0 imports ``hyper_parallel``, which no registry serves.
+
+Every accessor falls back to "unknown" rather than raising, so a release outside the table
+trains on with what works; the run log says once that it is untested.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..basics.versions import Release, ReleaseTable, release_series
+from ..records import Versions
+
+TESTED = ReleaseTable("MindSpore Transformers", ("1.6", "1.7", "1.8", "1.9", "2.0"),
+                        detail="1.6, 1.7 and 1.8 with MindSpore 2.7, 1.9 with MindSpore 2.9, "
+                               "2.0 with MindSpore 2.10")
+# The MindSpore series each MindFormers series is tested beside (what its wheel requires).
+PAIRED_MINDSPORE = {"1.6": "2.7", "1.7": "2.7", "1.8": "2.7", "1.9": "2.9", "2.0": "2.10"}
+INSTALL_HINT = ("pip install 'mindformers>=1.6,<2.1' with its MindSpore (docs/versions.md: "
+                "1.6-1.8 with 2.7, 1.9 with 2.9, 2.0 with 2.10)")
+
+# The train cells' output tuple: its lengths, and where the optional per-parameter norms sit
+OUTPUT_LENGTHS = (5, 7)
+LOCAL_NORM_INDEX = 5
+# The cell's attributes mindwatch reads, with MindFormers' defaults
+USE_CLIP_GRAD = "use_clip_grad"
+SKIP_BY_GLOBAL_NORM = "use_skip_data_by_global_norm"
+SPIKE_THRESHOLD, DEFAULT_SPIKE_THRESHOLD = "global_norm_spike_threshold", 1.0
+
+
+def pair_untested(mindformers: str | None, mindspore: str | None) -> str | None:
+    """The line to say once for an untested MindFormers, or one beside a MindSpore it is
+    not tested with; None for a tested pair."""
+    message = TESTED.untested(mindformers)
+    if message is not None:
+        return message
+    paired = PAIRED_MINDSPORE[release_series(mindformers) or ""]
+    if release_series(mindspore) == paired:
+        return None
+    return (f"MindSpore Transformers {mindformers} is tested beside MindSpore {paired}, not "
+            f"{mindspore}; tested pairs: {TESTED.detail}. Training goes on; a part that does "
+            f"not work with this pair says so (docs/versions.md)")
+
+
+def release() -> Release:
+    """This process's MindFormers, for the run record, and whether its pair is tested."""
+    import mindformers
+    import mindspore
+    version = getattr(mindformers, "__version__", None)
+    return Release(Versions.MINDFORMERS, version,
+                   pair_untested(version, getattr(mindspore, "__version__", None)))
+
+
+def register_callback(cls: type) -> type:
+    """Registers ``cls`` with MindFormers as a callback type (YAML ``callbacks: - type:``)."""
+    from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+    return MindFormerRegister.register(MindFormerModuleType.CALLBACK)(cls)
+
+
+def output_root() -> str:
+    """MindFormers' output directory (``output_dir``), or ``./output`` where it has none."""
+    try:
+        from mindformers.tools.utils import get_output_root_path
+        return str(get_output_root_path())
+    except Exception:
+        return os.path.join(os.getcwd(), "output")
+
+
+def tensorboard_logdir() -> str | None:
+    """Where MindFormers' own TensorBoard writer of this rank writes, or None without one."""
+    try:
+        from mindformers.utils.tensorboard import get_tensorboard_writer
+        writer = get_tensorboard_writer()
+    except Exception:
+        return None
+    logdir = getattr(writer, "logdir", None)
+    return logdir if isinstance(logdir, str) and logdir else None
+
+
+def outputs_of_train_cell(outputs: Any) -> bool:
+    """Whether ``outputs`` has the shape of a MindFormers train cell's."""
+    return isinstance(outputs, (tuple, list)) and len(outputs) in OUTPUT_LENGTHS
+
+
+def local_norms(outputs: Any) -> Any:
+    """The per-parameter squared norms output (``local_norm: True``), or None."""
+    if len(outputs) > LOCAL_NORM_INDEX:
+        return outputs[LOCAL_NORM_INDEX]
+    return None
+
+
+def cell_setting(cell: Any, name: str, default: Any) -> Any:
+    """One of the train cell's settings above, MindFormers' default where it has none."""
+    return getattr(cell, name, default) if cell is not None else default
