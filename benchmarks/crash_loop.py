@@ -110,12 +110,21 @@ class RunDirState:
 
 
 def _kill_once(run_dir: str, rng: random.Random, kill_after: tuple[float, float],
-               work: str, tally: Tally) -> int:
-    """Starts the trainer, SIGKILLs it after a random delay; returns its pid."""
+               work: str, tally: Tally, from_log: bool = False) -> int:
+    """Starts the trainer, SIGKILLs it after a random delay; returns its pid. ``from_log``:
+    the delay counts from the segment's first step in the run log, not from the start, so
+    that a slow host's imports and compilation (4 s and more when it is loaded) do not eat
+    it and the kill lands in training."""
     err_path = os.path.join(work, "trainer.err")
+    log = os.path.join(run_dir, "rank_0.jsonl")
+    steps_before = _step_count(log)
     with open(err_path, "wb") as err:
         process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--train",
                                     run_dir], stdout=subprocess.DEVNULL, stderr=err)
+    deadline = time.monotonic() + 120
+    while (from_log and process.poll() is None and time.monotonic() < deadline
+           and _step_count(log) <= steps_before):
+        time.sleep(0.02)
     time.sleep(rng.uniform(*kill_after))
     if process.poll() is not None:
         with open(err_path, "rb") as err:
@@ -254,7 +263,7 @@ def _check_checkpoints(run_dir: str, pid: int, state: RunDirState, tally: Tally)
 
 def run(iterations: int = 100, seed: int = 0, segments: int = 5, tear: float = 0.3,
         work: str | None = None, kill_after: tuple[float, float] = (0.5, 6.0),
-        progress: bool = False, keep: bool = False) -> Tally:
+        progress: bool = False, keep: bool = False, from_log: bool = False) -> Tally:
     work = work or tempfile.mkdtemp(prefix="mindwatch-crash-")
     os.makedirs(work, exist_ok=True)
     rng, tally = random.Random(seed), Tally()
@@ -264,7 +273,7 @@ def run(iterations: int = 100, seed: int = 0, segments: int = 5, tear: float = 0
         state = states.setdefault(run_dir, RunDirState())
         log = os.path.join(run_dir, "rank_0.jsonl")
         steps_before = _step_count(log)
-        pid = _kill_once(run_dir, rng, kill_after, work, tally)
+        pid = _kill_once(run_dir, rng, kill_after, work, tally, from_log)
         tally.iterations += 1
         tally.kills_in_training += _step_count(log) > steps_before
         if os.path.exists(log) and rng.random() < tear:

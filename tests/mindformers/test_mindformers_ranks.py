@@ -1,6 +1,5 @@
 """Two data-parallel ranks under MindFormers' Trainer, started by msrun the way a user starts
 `run_mindformer.py`: one mindwatch log per rank, and one stop for all of them."""
-import importlib.util
 
 import numpy as np
 import pytest
@@ -10,9 +9,7 @@ from mindwatch.runlog import read_run
 from msrun_env import assert_ranks_ran_this_mindspore
 
 pytestmark = [
-    pytest.mark.mindformers, pytest.mark.msrun, pytest.mark.timeout(300),
-    pytest.mark.skipif(importlib.util.find_spec("mindformers") is None,
-                       reason="MindFormers is not installed (make venv installs it)")]
+    pytest.mark.mindformers, pytest.mark.msrun, pytest.mark.timeout(300)]
 STEPS = 10           # each rank's shard: 20 samples in batches of 2
 
 

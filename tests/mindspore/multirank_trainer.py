@@ -8,15 +8,16 @@ spike_rank1_rewind (the same spike, on_anomaly "rewind", a snapshot every 5 step
 hang_rank1 (rank 1's data source blocks STALL_S seconds at batch STALL_STEP; the other rank
 waits for it in a collective; hang_timeout_s HANG_TIMEOUT_S, policy warn) | nudge_rank1 (one
 weight element of rank 1 moved by 1e-3 before step NUDGE_STEP, replicas compared every
-CONSISTENCY_INTERVAL steps) | slowdown_rank1 (rank 1's input pipeline takes 100 ms a batch
-from batch SLOWDOWN_STEP on; 20 ms of compute a step; trend_warmup 5, pace_window 8,
-throughput_drop_factor 2). Every scenario compares the
-replicas every CONSISTENCY_INTERVAL steps.
+CONSISTENCY_INTERVAL steps) | slowdown_rank1 (rank 1's input pipeline slows down
+from batch SLOWDOWN_STEP on, SLOWDOWN_S a batch; 20 ms of compute a step; trend_warmup 5,
+pace_window 8, throughput_drop_factor 2). Every scenario compares the replicas every
+CONSISTENCY_INTERVAL steps.
 Data parallel on the CPU, each rank its own data, gradients reduced by
 monitor.wrap.
 """
 import os
 import sys
+import threading
 import time
 
 import mindspore as ms
@@ -40,10 +41,13 @@ class Slow(Callback):
         time.sleep(0.02)
 
 
-SLOWDOWN_STEP = 25
+# 300 ms a batch: the generator prepares the next batch while a step runs, so only what is
+# left of the wait after the step shows; above any step of a loaded host (three processes on
+# two cores), it shows on every step.
+SLOWDOWN_STEP, SLOWDOWN_S = 25, 0.3
 
 
-def batches(rank, steps, nan_at, slow, spike_at=None, slow_from=1):
+def batches(rank, steps, nan_at, slow, spike_at=None, slow_from=1, slow_s=0.1):
     x, y = regression_arrays(8 * steps, seed=rank, nan_at=nan_at)
     if spike_at is not None:            # a loss spike, on this rank only
         y[8 * (spike_at - 1): 8 * spike_at] *= 1e3
@@ -51,13 +55,25 @@ def batches(rank, steps, nan_at, slow, spike_at=None, slow_from=1):
     def generate():
         for i in range(steps):
             if slow and i + 1 >= slow_from:
-                time.sleep(0.1)           # a slow input pipeline on this rank
+                time.sleep(slow_s)        # a slow input pipeline on this rank
             yield x[8 * i: 8 * i + 8], y[8 * i: 8 * i + 8]
     return ds.GeneratorDataset(generate, ["x", "y"], shuffle=False)
 
 
+# Set when rank 1 has trained up to the stall (StallAfter). The data source waits for it
+# before it stalls: otherwise it stalls as soon as its prefetching reaches that batch, and
+# the time the first steps take (compiling, slow on a loaded host) ate into the stall.
+REACHED_STALL = threading.Event()
+
+
 def a_data_source_that_stalls():
     time.sleep(STALL_S)
+
+
+class StallAfter(ms.train.Callback):
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num == STALL_STEP - 1:
+            REACHED_STALL.set()
 
 
 class StallingBatches:
@@ -73,6 +89,7 @@ class StallingBatches:
     def __getitem__(self, i):
         if self.stall and i + 1 == STALL_STEP:
             self.stall = False
+            REACHED_STALL.wait(timeout=120)
             a_data_source_that_stalls()
         return self.x[8 * i: 8 * i + 8], self.y[8 * i: 8 * i + 8]
 
@@ -126,13 +143,17 @@ def main(log_dir, out_dir, scenario):
                         spike_window=16, spike_warmup=8, snapshot_every=5)
     spiking = scenario.startswith("spike_rank1") and rank == 1
     if scenario == "hang_rank1":
-        epochs = 1
+        epochs, callbacks = 1, [StallAfter()]
         settings.update(hang_timeout_s=HANG_TIMEOUT_S)
     if scenario == "slowdown_rank1":
         # 20 ms of steady compute a step and a factor of 2: the host's other load (three
         # processes on two cores in CI) is not the slowdown this scenario injects
         steps, epochs, callbacks = 50, 1, [Slow()]
         settings.update(trend_warmup=5, pace_window=8, throughput_drop_factor=2.0)
+        # A queue of one batch between the generator and the step: with the default (16
+        # batches, made ahead while the input was fast) the slowdown reached the steps only
+        # ~16 steps late, and on a loaded host sometimes after the run's last step.
+        ds.config.set_prefetch_size(1)
     if scenario == "nudge_rank1" and rank == 1:
         callbacks = [NudgeAt(NUDGE_STEP)]
     if os.environ.get("ALERT_WEBHOOK"):      # the test's webhook service, on every rank
@@ -144,7 +165,8 @@ def main(log_dir, out_dir, scenario):
     data = batches(rank, steps, NAN_STEP if scenario == "nan_rank1" and rank == 1 else None,
                    slow=scenario in ("straggler_rank1", "slowdown_rank1") and rank == 1,
                    spike_at=SPIKE_STEP if spiking else None,
-                   slow_from=SLOWDOWN_STEP if scenario == "slowdown_rank1" else 1)
+                   slow_from=SLOWDOWN_STEP if scenario == "slowdown_rank1" else 1,
+                   slow_s=SLOWDOWN_S if scenario == "slowdown_rank1" else 0.1)
     if scenario == "hang_rank1":
         data = ds.GeneratorDataset(StallingBatches(rank, steps), ["x", "y"], shuffle=False)
     ms.train.Model(step).train(epochs, data, callbacks=[*callbacks, monitor],

@@ -237,7 +237,7 @@ def test_slow_data_pipeline_rank_is_a_straggler(tmp_path):
 
 
 def test_a_rank_whose_input_slows_down_is_named_by_every_rank(tmp_path):
-    """From SLOWDOWN_STEP rank 1's batches take 100 ms: both ranks' steps slow down (rank 0
+    """From SLOWDOWN_STEP rank 1's batches take SLOWDOWN_S: both ranks' steps slow down (rank 0
     waits in the all-reduce, as compute time), and both name rank 1's data time."""
     run, _ = msrun(tmp_path, "slowdown_rank1")
     for log in run.ranks:
@@ -246,8 +246,8 @@ def test_a_rank_whose_input_slows_down_is_named_by_every_rank(tmp_path):
         assert 1 <= len(drops) <= 2 and all(d["cause"] == "data" for d in drops), drops
         drop = drops[0]
         assert drop["cause"] == "data" and drop["ranks"] == [1], drop
-        # the generator runs ahead of the step (its queue of batches made before the
-        # slowdown drains first), then half of the window of 8 must be slow
+        # the generator runs a batch ahead of the step (prefetch 1), then half of the
+        # window of 8 must be slow
         assert SLOWDOWN_STEP + 3 <= drop["step"] <= SLOWDOWN_STEP + 20
         assert drop["value"] > drop["threshold"] and "rank 1" in drop["message"]
         assert log.end["reason"] == "completed"
