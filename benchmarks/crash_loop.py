@@ -110,20 +110,20 @@ class RunDirState:
 
 
 def _kill_once(run_dir: str, rng: random.Random, kill_after: tuple[float, float],
-               work: str, tally: Tally, from_log: bool = False) -> int:
-    """Starts the trainer, SIGKILLs it after a random delay; returns its pid. ``from_log``:
-    the delay counts from the segment's first step in the run log, not from the start, so
-    that a slow host's imports and compilation (4 s and more when it is loaded) do not eat
-    it and the kill lands in training."""
+               work: str, tally: Tally, after_steps: int | None = None) -> int:
+    """Starts the trainer, SIGKILLs it after a random delay; returns its pid. With
+    ``after_steps`` (the run log's step records before this start) the delay counts from
+    the segment's first step, not from the start, so that a slow host's imports and
+    compilation (4 s and more when it is loaded) do not eat it and the kill lands in
+    training."""
     err_path = os.path.join(work, "trainer.err")
     log = os.path.join(run_dir, "rank_0.jsonl")
-    steps_before = _step_count(log)
     with open(err_path, "wb") as err:
         process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--train",
                                     run_dir], stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.monotonic() + 120
-    while (from_log and process.poll() is None and time.monotonic() < deadline
-           and _step_count(log) <= steps_before):
+    while (after_steps is not None and process.poll() is None
+           and time.monotonic() < deadline and _step_count(log) <= after_steps):
         time.sleep(0.02)
     time.sleep(rng.uniform(*kill_after))
     if process.poll() is not None:
@@ -273,7 +273,8 @@ def run(iterations: int = 100, seed: int = 0, segments: int = 5, tear: float = 0
         state = states.setdefault(run_dir, RunDirState())
         log = os.path.join(run_dir, "rank_0.jsonl")
         steps_before = _step_count(log)
-        pid = _kill_once(run_dir, rng, kill_after, work, tally, from_log)
+        pid = _kill_once(run_dir, rng, kill_after, work, tally,
+                         steps_before if from_log else None)
         tally.iterations += 1
         tally.kills_in_training += _step_count(log) > steps_before
         if os.path.exists(log) and rng.random() < tear:
