@@ -19,9 +19,17 @@ MF_LINE = re.compile(r"step:\[\s*(\d+)/\s*\d+\], loss:\[([^/]+)/[^\]]+\].*?lr: (
                       r"overflow cond: (\w+).*?global_norm: \[?([^\],]+)\]?")
 
 
-def mf_config(tmp_path, *, mindwatch=True, callbacks=(), clip=True, **top):
+# runner_wrapper entries: MindFormers' own cell (made to run on the CPU, mf_launcher.py) and
+# mindwatch's, registered through the YAML as a user registers it
+MF_CELL = {"type": "CPUTrainOneStepCell"}
+MINDWATCH_CELL = {"type": "MindWatchTrainOneStepCell",
+                  "auto_register": "mindwatch_callback.MindWatchTrainOneStepCell"}
+
+
+def mf_config(tmp_path, *, mindwatch=True, callbacks=(), clip=True, cell=MF_CELL, monitor=None,
+              **top):
     monitor = {"type": "MindWatchMonitor", "auto_register": "mindwatch_callback.MindWatchMonitor",
-               "log_dir": str(tmp_path / "mw"), "hardware_interval_s": None}
+               "log_dir": str(tmp_path / "mw"), "hardware_interval_s": None, **(monitor or {})}
     config = {
         "seed": 0, "output_dir": str(tmp_path / "output"), "load_checkpoint": "",
         "run_mode": "train", "use_parallel": False,
@@ -50,8 +58,8 @@ def mf_config(tmp_path, *, mindwatch=True, callbacks=(), clip=True, **top):
             # the CPU: no fused RmsNorm kernel, no flash attention, the sliced rope
             "use_flash_attention": False, "use_rope_slice": True, "fused_rms_norm": False},
             "arch": {"type": "LlamaForCausalLM"}},
-        "runner_wrapper": {"type": "CPUTrainOneStepCell", "scale_sense": 1.0,
-                           "use_clip_grad": clip, "max_grad_norm": 1e6},
+        "runner_wrapper": {**cell, "scale_sense": 1.0, "use_clip_grad": clip,
+                           "max_grad_norm": 1e6},
         **top}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -64,8 +72,15 @@ def run_launcher(tmp_path, config, **env):
         env={**os.environ, "REGISTER_PATH": REGISTER_PATH, **env}, capture_output=True,
         text=True, timeout=280)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    (tmp_path / "launcher.out").write_text(result.stdout + result.stderr)
     applied = re.search(r"optimizer global_step (\d+)", result.stdout)
     return int(applied.group(1)) if applied else None
+
+
+def state_digests(output):
+    """StateDigest's lines: step -> (digest of the training state, loss scale)."""
+    return {int(m[1]): (m[2], float(m[3]))
+            for m in re.finditer(r"state step (\d+) (\w+) scale (\S+)", output)}
 
 
 def mf_steps(tmp_path, rank=0):

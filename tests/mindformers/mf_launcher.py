@@ -7,12 +7,13 @@ The test-only parts, which the CPU needs and a user's Ascend run does not: the
 ``hyper_parallel`` stand-in (see hyper_parallel_standin.py), ``CPUTrainOneStepCell``
 (MFTrainOneStepCell's overflow check uses NPUGetFloatStatusV2, Ascend-only; this one looks
 for non-finite gradients with IsFinite), and the callbacks the test YAMLs list to make
-something happen (``NanAtStep``, ``StopAtStep``, ``SlowFromStep``). mindwatch comes in
-through the YAML alone.
+something happen (``NanAtStep``, ``StopAtStep``, ``SlowFromStep``) or show what happened
+(``StateDigest``, ``GlobalStepAtEnd``). mindwatch comes in through the YAML alone.
 
 Under msrun (``use_parallel: True``) each rank trains on its own shard of the data, as
 MindFormers' dataset builders shard it.
 """
+import hashlib
 import os
 import sys
 import time
@@ -107,6 +108,24 @@ class GlobalStepAtEnd(Callback):
     def on_train_end(self, run_context):
         optimizer = run_context.original_args().train_network.optimizer
         print(f"optimizer global_step {int(optimizer.global_step.asnumpy()[0])}", flush=True)
+
+
+@MindFormerRegister.register(MindFormerModuleType.CALLBACK)
+class StateDigest(Callback):
+    """Prints, after every step, a digest of the training state (the model's and the
+    optimizer's Parameters: weights, moments, global_step) and the loss scale: a withheld
+    step's digest is the step before's."""
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        cell, digest = cb.train_network, hashlib.sha256()
+        state = {p.name: p for p in [*cell.network.get_parameters(),
+                                     *cell.optimizer.get_parameters()]}
+        for name in sorted(state):
+            digest.update(name.encode())
+            digest.update(state[name].asnumpy().tobytes())
+        scale = float(cb.train_network.scale_sense.asnumpy().reshape(-1)[0])
+        print(f"state step {cb.cur_step_num} {digest.hexdigest()} scale {scale}", flush=True)
 
 
 def _rank():

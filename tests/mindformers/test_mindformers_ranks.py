@@ -3,7 +3,7 @@
 
 import numpy as np
 import pytest
-from mf_config import data_parallel, mf_config, mf_steps, run_msrun
+from mf_config import MINDWATCH_CELL, data_parallel, mf_config, mf_steps, run_msrun
 
 from mindwatch.runlog import read_run
 from msrun_env import assert_ranks_ran_this_mindspore
@@ -58,3 +58,29 @@ def test_nan_on_one_rank_stops_both_at_that_step_with_the_last_good_weights(tmp_
             continue
         weights = value.asnumpy()
         assert np.isfinite(weights).all() and np.array_equal(weights, saved[1][name].asnumpy())
+
+
+def test_mindwatchs_cell_withholds_one_ranks_nan_on_both_and_names_that_rank(tmp_path):
+    """MindWatchTrainOneStepCell on two data-parallel ranks, a NaN embedding on rank 1 at
+    step 6, under "skip": both ranks withhold step 6 and train on, with the same weights;
+    each rank's own gradient norm before the reduction names rank 1."""
+    config = data_parallel(mf_config(
+        tmp_path, cell=MINDWATCH_CELL, callbacks=[{"type": "NanAtStep", "step": 6, "rank": 1}],
+        monitor={"on_anomaly": {"loss_nonfinite": "skip", "gradient_nonfinite": "skip"}}))
+    applied = run_msrun(tmp_path, config)
+    run = read_run(str(tmp_path / "mw"))
+    assert_ranks_ran_this_mindspore(run, mindformers=True)
+    for log in run.ranks:
+        assert [s["step"] for s in log.steps] == list(range(1, STEPS + 1))
+        assert [s["step"] for s in log.steps if s["skipped"]] == [6]
+        assert log.end["reason"] == "completed"
+        local = [s["local_grad_norm"] for s in log.steps]
+        assert all(np.isfinite(v) for i, v in enumerate(local) if i != 5)
+        assert np.isnan(local[5]) == (log.rank == 1)
+        gradient = next(a for a in log.anomalies if a["anomaly"] == "gradient_nonfinite")
+        assert gradient["step"] == 6 and gradient["origin_rank"] == 1
+    assert applied == [STEPS - 1, STEPS - 1]
+    # the replicas stayed one model: the same loss at every later step of the same shard
+    # is not given (two shards), but the same weights are: the same global norm
+    first, second = run.ranks
+    assert [s["grad_norm"] for s in first.steps[6:]] == [s["grad_norm"] for s in second.steps[6:]]

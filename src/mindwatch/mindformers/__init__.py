@@ -2,7 +2,8 @@
 mindwatch that imports MindFormers.
 
 ``from mindwatch.mindformers import MindWatchMonitor`` imports MindFormers and registers the
-callback with it, so YAML configs can name it (``type: MindWatchMonitor``). The package
+callback and the train cell with it, so YAML configs can name them (``type: MindWatchMonitor``
+in ``callbacks:``, ``type: MindWatchTrainOneStepCell`` as ``runner_wrapper``). The package
 itself imports MindFormers only then: ``python -m mindwatch.mindformers`` (the folder for
 ``run_mindformer.py --register_path``) stays instant.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-__all__ = ["MindFormersReader", "MindWatchMonitor"]
+__all__ = ["MindFormersReader", "MindWatchMonitor", "MindWatchTrainOneStepCell"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +23,6 @@ def __getattr__(name: str) -> Any:
         raise ImportError(f"mindwatch.mindformers needs MindSpore Transformers: {INSTALL_HINT}")
     from .monitor import MindWatchMonitor
     from .reader import MindFormersReader
-    return {"MindWatchMonitor": MindWatchMonitor, "MindFormersReader": MindFormersReader}[name]
+    from .train_cell import MindWatchTrainOneStepCell
+    return {"MindWatchMonitor": MindWatchMonitor, "MindFormersReader": MindFormersReader,
+            "MindWatchTrainOneStepCell": MindWatchTrainOneStepCell}[name]

@@ -75,6 +75,23 @@ def register_callback(cls: type) -> type:
     return MindFormerRegister.register(MindFormerModuleType.CALLBACK)(cls)
 
 
+def train_one_step_cell() -> type:
+    """MindFormers' ``MFTrainOneStepCell``, which ``MindWatchTrainOneStepCell`` extends. In
+    every tested release its construct calls, in this order, ``start_overflow_check(loss,
+    scaling_sens)``, ``get_overflow_status(status, grads)`` on the unscaled gradients after
+    the data-parallel reduction and before clipping, ``process_loss_scale(cond)`` (whose
+    result gates ``self.optimizer(grads)``), then ``clip_grad_norm(grads)``; ``status`` and
+    ``cond`` go nowhere else (train_cell.py relies on it)."""
+    from mindformers.wrapper import MFTrainOneStepCell
+    return MFTrainOneStepCell
+
+
+def register_wrapper(cls: type) -> type:
+    """Registers ``cls`` with MindFormers as a wrapper type (YAML ``runner_wrapper: type:``)."""
+    from mindformers.tools.register import MindFormerModuleType, MindFormerRegister
+    return MindFormerRegister.register(MindFormerModuleType.WRAPPER)(cls)
+
+
 def output_root() -> str:
     """MindFormers' output directory (``output_dir``), or ``./output`` where it has none."""
     try:

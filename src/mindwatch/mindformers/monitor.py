@@ -8,6 +8,10 @@ from typing import Any
 from ..mindspore import TrainMonitor
 from . import compat
 from .reader import MindFormersReader
+from .train_cell import MindWatchTrainOneStepCell
+
+# the callback's import registers the cell too, whichever entry a YAML registers first
+__all__ = ["MindWatchMonitor", "MindWatchTrainOneStepCell"]
 
 DEFAULT_SUBDIR = "mindwatch"
 
@@ -36,6 +40,13 @@ class MindWatchMonitor(TrainMonitor):
         super().__init__(log_dir or default_log_dir(), reader=MindFormersReader(),
                          tensorboard_dir=beside_mindformers_tensorboard,
                          releases=(compat.release(),), **settings)
+
+
+    def on_train_begin(self, run_context) -> None:
+        super().on_train_begin(run_context)
+        if self.train_step is None:      # MindFormers' own cell: said once, at the start
+            self.monitor.notice(self._reader.unprotected(
+                getattr(run_context.original_args(), "train_network", None)))
 
 
 def beside_mindformers_tensorboard(rank: int) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..mindspore.cell_reader import TrainCellReader
-from ..mindspore.outputs import StepOutputs, read_outputs
+from ..mindspore.outputs import StepOutputs, from_stats, read_outputs
 from . import compat
 
 
@@ -33,6 +33,10 @@ class MindFormersReader(TrainCellReader):
             out.param_sq_norms = np.asarray(norms.asnumpy(), np.float64).reshape(-1)
         return out
 
+    def protected_step(self, cell: Any) -> Any:
+        from .train_cell import MindWatchTrainOneStepCell
+        return cell if isinstance(cell, MindWatchTrainOneStepCell) else None
+
     def layer_names(self, cell: Any) -> list[str] | None:
         weights = getattr(cell, "weights", None)
         return [parameter.name for parameter in weights] if weights is not None else None
@@ -48,14 +52,23 @@ class MindFormersReader(TrainCellReader):
                 "it); set it to have mindwatch check the norm")
 
     def unprotected(self, cell: Any) -> str:
-        if cell is not None and not compat.cell_setting(cell, compat.USE_CLIP_GRAD, True):
-            return ("MindFormers' train cell computes no global gradient norm without "
-                    "runner_wrapper.use_clip_grad: True; with it mindwatch checks the norm, "
-                    "and use_skip_data_by_global_norm: True with monitor_config."
-                    "global_norm_spike_threshold has MindFormers withhold a spiking step")
-        return ("MindFormers' train cell withholds an update only on overflow and, with "
-                "use_skip_data_by_global_norm: True, when the global norm reaches "
-                "monitor_config.global_norm_spike_threshold; mindwatch cannot act inside it")
+        return (f"{type(cell).__name__ if cell is not None else 'the train cell'} applies "
+                "the updates mindwatch finds anomalous (MindFormers' own cell withholds one "
+                "only on overflow, or with use_skip_data_by_global_norm): mindwatch watches "
+                "and can stop, but the update is in the weights and in the stop's checkpoint. "
+                "To withhold it, set `runner_wrapper: {type: MindWatchTrainOneStepCell}` in "
+                "the YAML, keeping the wrapper's other keys (docs/mindformers.md)")
+
+
+def read_protected(outputs: Any, cell: Any, stats: list[float]) -> StepOutputs:
+    """What ``MindWatchTrainOneStepCell`` (``cell``) returned: mindwatch's numbers from its
+    ``stats``, and MindFormers' own from its outputs (the loss scale, the per-parameter
+    norms, an update MindFormers dropped itself: an overflow, or a skip by global norm)."""
+    own = MindFormersReader().read(outputs, cell)
+    out = from_stats(stats, cell.verdict, param_sq_norms=own.param_sq_norms)
+    out.skipped = out.skipped or own.skipped
+    out.extra.update(own.extra)
+    return out
 
 
 def _below(norm: float | None, threshold: float) -> bool:

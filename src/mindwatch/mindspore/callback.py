@@ -89,7 +89,9 @@ class TrainMonitor(Callback):
             sinks={"mindinsight": open_mindinsight_sink}, unprotected=self._unprotected,
             saved_states=lambda: self._saved.states(), tensorboard_dir=tensorboard_dir,
             replay=lambda: replay_outcome(self.train_step, self._cb_params))
-        self.train_step: MonitoredTrainStep | None = None
+        # wrap's or jit_step's step, or a framework's cell of mindwatch's making (_adopt):
+        # both read and decide alike (outputs.ProtectedStep)
+        self.train_step: Any = None
         self.monitor = Monitor(
             log_dir, rank=rank.rank, world_size=rank.world_size, local_rank=rank.local_rank,
             stream=stream, clock=clock, framework=framework, **settings)
@@ -203,6 +205,16 @@ class TrainMonitor(Callback):
         self._layers = LayerGrouping([p.name for p in optimizer.parameters])
         return self.train_step
 
+    def _adopt(self, cell: Any) -> None:
+        """A framework's train cell of mindwatch's (MindFormers' ``runner_wrapper``): this
+        monitor drives it as it drives ``wrap``'s step."""
+        if cell is None or cell is self.train_step:
+            return
+        cell.adopt(self.settings.grad_explode)
+        self.train_step = cell
+        self._limits.forget()
+        self._layers = LayerGrouping([p.name for p in cell.optimizer.parameters])
+
     def observe(self, *, outputs: StepOutputs | None = None, **fields: Any) -> list[Anomaly]:
         """A custom loop's step, without ``Model``; see ``mindwatch.Monitor.observe``.
         ``outputs``: what a ``jit_step`` step returned (loss, norm, LR, whether the update was
@@ -257,6 +269,7 @@ class TrainMonitor(Callback):
         self._training = True
         self._evaluation = None
         self._saved.begin(cb)
+        self._adopt(self._reader.protected_step(field(cb, "train_network")))
         if field(cb, "optimizer") is None and self.train_step is not None \
                 and self._is_wrapped(cb):
             # Model(train_step) knows no optimizer, and MindSpore's callbacks that change the

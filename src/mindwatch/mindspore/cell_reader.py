@@ -17,6 +17,11 @@ class TrainCellReader:
         numbers."""
         return read_outputs(outputs)
 
+    def protected_step(self, cell: Any) -> Any:
+        """``cell`` when it is a train cell of mindwatch's built by a framework (it decides
+        in its graph and reads like ``wrap``'s step), else None."""
+        return None
+
     def layer_names(self, cell: Any) -> list[str] | None:
         """The parameter names, in the order of the per-parameter squared norms ``read``
         returns (``param_sq_norms``); None when it returns none."""

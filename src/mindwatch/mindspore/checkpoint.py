@@ -8,7 +8,7 @@ import mindspore as ms
 from mindspore import nn
 
 from ..basics.run_dir import apply_umask, checkpoint_path
-from .wrap import OWN_PREFIX
+from .verdict import OWN_PREFIX
 
 
 def save_atomically(cell: nn.Cell, log_dir: str, step: int, rank: int,

@@ -3,13 +3,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..records import Step
 from .layers import LayerGrouping
-from .wrap import STAT_GRAD_NORM, STAT_LOSS, STAT_LR, MonitoredTrainStep
+from .verdict import STAT_GRAD_NORM, STAT_LOSS, STAT_LR, StepVerdict
+
+
+class ProtectedStep(Protocol):
+    """A train cell of mindwatch's making, which decides in its graph (``wrap``'s step,
+    MindSpore Transformers' ``MindWatchTrainOneStepCell``)."""
+
+    def read(self, outputs: Any) -> StepOutputs:
+        """What one call returned (``outputs``), as plain numbers."""
 
 
 @dataclass
@@ -60,21 +68,10 @@ def _flag(value: Any) -> bool | None:
     return None if array is None or array.size == 0 else bool(array.reshape(-1).all())
 
 
-def read_outputs(outputs: Any, *, wrapped_by: MonitoredTrainStep | None = None) -> StepOutputs:
-    """``wrapped_by``: the ``MonitoredTrainStep`` that produced ``outputs``, if ours."""
+def read_outputs(outputs: Any, *, wrapped_by: ProtectedStep | None = None) -> StepOutputs:
+    """``wrapped_by``: the train cell of mindwatch's that produced ``outputs``, if ours."""
     if wrapped_by is not None:
-        # tolist() converts in ~5 us; asnumpy() takes ~20 us, most of it numpy parsing the
-        # buffer's format string, on every step.
-        stats = outputs[1].tolist()
-        loss, grad_norm = stats[STAT_LOSS], stats[STAT_GRAD_NORM]
-        lr_end = wrapped_by.stats_lr_end        # the ranks' norms and verdict follow
-        return StepOutputs(
-            loss=loss, grad_norm=grad_norm, lr_groups=stats[STAT_LR:lr_end],
-            skipped=not wrapped_by.update_applied(stats),
-            grads_finite=math.isfinite(grad_norm),
-            param_sq_norms=outputs[2].asnumpy() if wrapped_by.per_layer_norms else None,
-            aux=outputs[-1] if wrapped_by.has_aux else None,
-            **_local_norms(stats[lr_end:-1], wrapped_by.rank) if lr_end is not None else {})
+        return wrapped_by.read(outputs)
     if isinstance(outputs, (tuple, list)):
         if len(outputs) in (5, 7):
             # MindSpore Transformers' train cells: (loss, overflow, scaling_sens,
@@ -92,6 +89,23 @@ def read_outputs(outputs: Any, *, wrapped_by: MonitoredTrainStep | None = None) 
                                extra={Step.LOSS_SCALE: _scalar(outputs[2])})
         return StepOutputs(loss=_scalar(outputs[0]) if outputs else None)
     return StepOutputs(loss=_scalar(outputs))
+
+
+def from_stats(stats: list[float], verdict: StepVerdict | None, **fields: Any) -> StepOutputs:
+    """A protected step's outputs from its ``stats`` vector (verdict.py's layout, as a list:
+    ``tolist()`` converts in ~5 us, ``asnumpy()`` takes ~20 us, most of it numpy parsing the
+    buffer's format string) and the ``verdict`` that decided on it (None: no skipping, every
+    update applied); ``fields``: the step's other ``StepOutputs`` fields."""
+    loss, grad_norm = stats[STAT_LOSS], stats[STAT_GRAD_NORM]
+    lr_end = verdict.stats_lr_end if verdict is not None else None
+    out = StepOutputs(loss=loss, grad_norm=grad_norm, lr_groups=stats[STAT_LR:lr_end],
+                      skipped=verdict is not None and not verdict.update_applied(stats),
+                      grads_finite=math.isfinite(grad_norm), **fields)
+    if lr_end is not None:        # the ranks' norms and verdict follow the LRs
+        local = _local_norms(stats[lr_end:-1], verdict.rank)  # type: ignore[union-attr]
+        out.local_grad_norms = local["local_grad_norms"]
+        out.extra.update(local["extra"])
+    return out
 
 
 def _local_norms(squares: list[float], rank: int) -> dict[str, Any]:

@@ -66,4 +66,4 @@ def replay_outcome(step: MonitoredTrainStep | None, cb: Any) -> ReplayOutcome | 
         return None
     out = read_outputs(outputs, wrapped_by=step)
     return ReplayOutcome(loss=out.loss, grad_norm=out.grad_norm,
-                         healthy=step.within_bounds(outputs[1].tolist()))
+                         healthy=step.within_bounds(step.stats_of(outputs)))

@@ -18,7 +18,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
-from .wrap import OWN_PREFIX
+from .verdict import OWN_PREFIX
 
 
 class TrainStateSnapshots:

@@ -8,11 +8,9 @@ every rank agrees on and the number people mean by "grad norm".
 from __future__ import annotations
 
 import contextlib
-import math
 from typing import Any
 
 import mindspore as ms
-import numpy as np
 from mindspore import nn, ops
 from mindspore.nn.wrap.grad_reducer import DistributedGradReducer
 
@@ -29,24 +27,15 @@ from .graph_sums import (
     update_square_sum,
 )
 from .lr import group_indices
+from .outputs import StepOutputs, from_stats
 from .state_probe import layout_of, moments_of, state_vector, weights_before
+from .verdict import StepVerdict, current_lr, stats_vector
 
-# Layout of the ``stats`` output (float32 vector), read by the callback (outputs.py). Packing
-# the numbers into one tensor costs one device-to-host copy per step instead of three.
-# Whether the update was applied is not an output: it follows from the norm by one
-# comparison, which ``update_applied`` repeats on the host (every graph kernel costs ~20 us
-# of launch on the CPU, more than its arithmetic).
-STAT_LOSS, STAT_GRAD_NORM, STAT_LR = 0, 1, 2     # LRs from 2 on, one per parameter group
-# With skipping under data parallelism, after the LRs: each rank's squared norm of its own
-# gradients (one entry per rank), then how many ranks found their step anomalous (summed over
-# the ranks, in the graph), which the host needs to repeat the decision and cannot derive
-# from its own loss.
-
-# Parameters of mindwatch's own making in the train cell (the step limits): left out of
-# checkpoints and snapshots, since the host recomputes them.
-OWN_PREFIX = "mindwatch_"
-# "No limit" in the graph: the largest float32, not inf, so that +inf itself is past it.
-FLOAT32_MAX = float(np.finfo(np.float32).max)
+# The ``stats`` output (float32 vector), read by the callback (outputs.py), is laid out as
+# verdict.py says (STAT_LOSS, ...). Packing the numbers into one tensor costs one
+# device-to-host copy per step instead of three. Whether the update was applied is not an
+# output: it follows from the stats by a few comparisons, which ``update_applied`` repeats on
+# the host (every graph kernel costs ~20 us of launch on the CPU, more than its arithmetic).
 
 # How the squared global norm is summed. A gradient of at least this many elements is summed
 # on its own, row by row, so the runtime can sum it as soon as backward has produced it, while
@@ -70,18 +59,9 @@ class MonitoredTrainStep(nn.Cell):
     one entry per parameter group.
 
     With ``skip_anomalous_updates`` the update is applied only when every entry of the
-    ``stats`` vector lies within its bounds: the loss finite and at most the loss limit, the
-    norm at most ``grad_explode`` (or the spike limit, whichever is lower), every LR
-    non-negative and at most the LR limit. A NaN or Inf anywhere in the gradients makes the
-    norm non-finite, which fails its bound too. The price: finite gradients whose squares
-    overflow float32 (norm above ~1.8e19) count as non-finite, which withholds the update
-    all the same. The upper bounds are one Parameter vector the host sets between steps
-    (``set_limits``: the spike limits under on_anomaly "skip", the LR limit, see
-    skipping.py), read in the condition, outside the branch; "no limit" is the largest
-    float32, so a non-finite value is always past it. Four vector kernels decide every rule
-    at once (~80 us on the CPU). Under data parallelism the ranks' verdicts are summed in
-    the graph (one scalar AllReduce), so a loss that is non-finite or spiking on one rank
-    withholds the update on every rank and the replicas stay identical.
+    ``stats`` vector lies within the bounds ``verdict`` holds (verdict.py: the host sets
+    them between steps with ``set_limits``, the spike limits under on_anomaly "skip" and the
+    LR limit, see skipping.py).
 
     On the CPU the ``if`` around the optimizer costs a fixed ~1 ms per step (5% of the demo
     model's 24 ms step): MindSpore runs each branch as its own kernel graph there. On Ascend
@@ -97,7 +77,7 @@ class MonitoredTrainStep(nn.Cell):
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, *, grad_explode: float,
                  clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
                  sens: float = 1.0, per_layer_norms: bool = False, has_aux: bool = False,
-                 with_state: bool = False, limits: ms.Parameter | None = None,
+                 with_state: bool = False, verdict: StepVerdict | None = None,
                  probes: ActivationProbes | None = None):
         super().__init__(auto_prefix=False)
         self._options: dict[str, Any] = {
@@ -116,8 +96,6 @@ class MonitoredTrainStep(nn.Cell):
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         self.sens = float(sens)
         self.hyper_map = ops.HyperMap()
-        # The norm's bound as the graph holds it; a spike limit can only lower it.
-        self._norm_cap = _bound(grad_explode)
         self.clip = clip_grad_norm is not None
         self.clip_norm = ms.Tensor(clip_grad_norm if self.clip else 1.0, ms.float32)
         self.skip_anomalous = skip_anomalous_updates
@@ -147,23 +125,11 @@ class MonitoredTrainStep(nn.Cell):
         # the gradients per step, under data parallelism only).
         world = parallel.device_num if self.share_verdict else 0
         self.rank = current_rank().rank
-        self.rank_slot = ms.Tensor(np.eye(world, dtype=np.bool_)[self.rank]) if world else None
-        self.rank_zeros = ms.Tensor(np.zeros(world, np.float32)) if world else None
-        self.stats_lr_end = -(world + 1) if self.share_verdict else None
-        # The bounds of the stats vector (loss, norm, LR per group), as float32 values: the
-        # graph's, repeated on the host by ``update_applied``.
-        lrs = len(self.lr_group_indices) if self.group_lr else 1
-        self._lower = (-FLOAT32_MAX, 0.0) + (0.0,) * lrs
-        self._upper = (FLOAT32_MAX, self._norm_cap) + (FLOAT32_MAX,) * lrs
         if skip_anomalous_updates:
-            self.lower_bounds = ms.Tensor(np.array(self._lower, np.float32))
-            # the state variant reads its twin's limits: one Parameter, written once
-            self.upper_bounds = limits if limits is not None else ms.Parameter(
-                ms.Tensor(np.array(self._upper, np.float32)), name=OWN_PREFIX + "step_limits",
-                requires_grad=False)
-        if self.share_verdict:
-            # SUM of 0/1 flags: MindSpore's CPU AllReduce has no MAX.
-            self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
+            # the state variant decides with its twin's verdict: one limits Parameter
+            self.verdict = verdict if verdict is not None else StepVerdict(
+                grad_explode=grad_explode, world=world, rank=self.rank,
+                lr_count=len(self.lr_group_indices) if self.group_lr else 1)
         self.first_moments, self.second_moments = moments_of(optimizer, self.weights)
         self.state_layout = layout_of(self.weights, self.first_moments, self.second_moments)
         self.state_due = False
@@ -201,47 +167,29 @@ class MonitoredTrainStep(nn.Cell):
             sums.append(ops.reduce_sum(vector * vector))
         return sums[0] if len(sums) == 1 else ops.stack(sums).sum()
 
-    def _current_lr(self):
-        lr = self.optimizer.get_lr()
-        if self.group_lr:
-            return ops.stack([ops.reshape(lr[i], ()) for i in self.lr_group_indices])
-        return ops.reshape(lr, ())
+    def stats_of(self, outputs) -> list[float]:
+        """The ``stats`` vector of what this step returned, as Python floats."""
+        return outputs[1].tolist()
+
+    def read(self, outputs) -> StepOutputs:
+        return from_stats(
+            self.stats_of(outputs), self.verdict if self.skip_anomalous else None,
+            param_sq_norms=outputs[2].asnumpy() if self.per_layer_norms else None,
+            aux=outputs[-1] if self.has_aux else None)
 
     def update_applied(self, stats: list[float]) -> bool:
-        """The graph's decision, repeated on the host from the returned ``stats`` (float32
-        values against the float32 bounds the graph held, so comparing them in float64 gives
-        the float32 answer). NaN compares False."""
-        if not self.skip_anomalous:
-            return True
-        if self.share_verdict:
-            return stats[-1] < 0.5
-        return self.within_bounds(stats)
+        """The graph's decision, repeated on the host from the returned ``stats``."""
+        return self.verdict.update_applied(stats) if self.skip_anomalous else True
 
-    def set_limits(self, *, loss: float = math.inf, grad_norm: float = math.inf,
-                   lr: float = math.inf) -> None:
-        """The limits of the next step: withhold its update when the loss is above ``loss``,
-        the norm above ``grad_norm`` (``grad_explode`` whatever this says) or any group's LR
-        above ``lr``; ``inf`` is no limit, and non-finite values are past every limit. The
-        Parameter is written only when a float32 bound changes (a host-to-device copy), in
-        place: a graph that ``ms.jit`` compiled in PyNative mode keeps reading the tensor a
-        Parameter had, and never sees a ``set_data``."""
-        if not self.skip_anomalous:
-            return
-        lrs = len(self._upper) - 2
-        self._write_upper((_bound(loss), min(_bound(grad_norm), self._norm_cap))
-                          + (_bound(lr),) * lrs)
-
-    def _write_upper(self, upper: tuple[float, ...]) -> None:
-        if upper != self._upper:
-            ops.assign(self.upper_bounds, ms.Tensor(np.array(upper, np.float32)))
-            self._upper = upper
+    def set_limits(self, **limits: float) -> None:
+        """The next step's limits (``StepVerdict.set_limits``); nothing without skipping."""
+        if self.skip_anomalous:
+            self.verdict.set_limits(**limits)
 
     def within_bounds(self, stats: list[float]) -> bool:
         """This rank's ``stats`` within the bounds the graph holds (the ranks' shared
         verdict, under data parallelism, left aside)."""
-        own = stats[:self.stats_lr_end]
-        return all(low <= value <= high
-                   for value, low, high in zip(own, self._lower, self._upper, strict=True))
+        return self.verdict.within_bounds(stats) if self.skip_anomalous else True
 
     def replay(self, run=None):
         """The last step computed again on its inputs and the weights as they are, its
@@ -251,12 +199,8 @@ class MonitoredTrainStep(nn.Cell):
         a first step."""
         if not self.skip_anomalous or self.last_inputs is None:
             return None
-        upper = self._upper
-        self._write_upper((-FLOAT32_MAX, *upper[1:]))
-        try:
+        with self.verdict.withholding():
             return (run or super().__call__)(*self.last_inputs)
-        finally:
-            self._write_upper(upper)
 
     def __call__(self, *inputs):
         object.__setattr__(self, "last_inputs", inputs)     # references, for replay
@@ -276,7 +220,7 @@ class MonitoredTrainStep(nn.Cell):
         variant = self._state_variant
         if variant is None:
             variant = type(self)(self.network, self.optimizer, **self._options, with_state=True,
-                                 limits=getattr(self, "upper_bounds", None))
+                                 verdict=getattr(self, "verdict", None))
             object.__setattr__(self, "_state_variant", variant)
         return variant
 
@@ -318,30 +262,18 @@ class MonitoredTrainStep(nn.Cell):
         # misses later set_data calls from Python (measured on MindSpore 2.10, CPU), so an LR
         # knob or a fixed LR changed between steps would be read stale. The price is a
         # schedule evaluated twice per step, once here and once by the optimizer.
-        lr = self._current_lr()
-        loss_f32 = as_float32(ops.reshape(loss, ()))
-        if self.group_lr:
-            stats = ops.concat((ops.stack((loss_f32, grad_norm)), as_float32(lr)))
-        else:
-            stats = ops.stack((loss_f32, grad_norm, as_float32(ops.reshape(lr, ()))))
+        lr = current_lr(self.optimizer, self.group_lr, self.lr_group_indices)
+        stats = stats_vector(loss, grad_norm, lr, self.group_lr)
         if self.skip_anomalous:
             # For the same reason every optimizer state Parameter (moments, beta powers) is
             # loaded here: read only inside the branch, a checkpoint loaded into them with
             # load_param_into_net between steps would be ignored, and the branch would go on
             # updating a detached copy. A depend adds no kernel.
             loss = ops.depend(loss, self.optimizer_state)
-            # The bounds are read here, in the condition, outside the branch.
-            within = ops.logical_and(stats <= self.upper_bounds, stats >= self.lower_bounds)
-            apply = ops.all(within)
             if self.share_verdict:
-                past = ops.cast(ops.logical_not(ops.reshape(apply, (1,))), ms.float32)
-                # select, not a product with a one-hot vector: 0 * NaN is NaN, and this
-                # rank's NaN would fill every other rank's slot
-                mine = ops.select(self.rank_slot, ops.zeros_like(self.rank_zeros) + local_sq,
-                                  self.rank_zeros)
-                shared = self.all_reduce(ops.concat((mine, past)))
-                apply = ops.reshape(shared[-1:], ()) < 0.5
-                stats = ops.concat((stats, shared))
+                apply, stats = self.verdict(stats, local_sq)
+            else:
+                apply, stats = self.verdict(stats)
             if apply:
                 loss = ops.depend(loss, self.optimizer(grads))
         else:
@@ -363,12 +295,4 @@ class MonitoredTrainStep(nn.Cell):
                                  second if self.second_moments is not None else None)
             result = result + (state,)  # noqa: RUF005
         return result
-
-
-def _bound(value: float) -> float:
-    """An upper bound as the graph holds it: rounded to float32 as set_data stores it, and
-    at most the largest float32 (beyond its range, or inf: no limit, yet +inf is past it)."""
-    with np.errstate(over="ignore"):
-        rounded = float(np.float32(value))
-    return min(rounded, FLOAT32_MAX) if not math.isnan(rounded) else FLOAT32_MAX
 
