@@ -263,7 +263,8 @@ class Monitor:
                 layer_grad_norms: Mapping[str, Any] | None = None,
                 extra: Mapping[str, Any] | None = None,
                 local_grad_norms: Sequence[Any] | None = None,
-                data_time_s: Any = None) -> list[Anomaly]:
+                data_time_s: Any = None, epoch_step: int | None = None,
+                steps_per_epoch: int | None = None) -> list[Anomaly]:
         """Record one training step (or ``steps`` steps ending at ``step``).
 
         Args:
@@ -272,6 +273,9 @@ class Monitor:
                 when unknown. ``lr`` is the LR applied at this step; ``grad_norm`` the
                 global L2 norm of the gradients before clipping.
             epoch: 1-based epoch; a new value closes the previous epoch (``epoch`` record).
+            epoch_step, steps_per_epoch: ``step``'s place within ``epoch`` (1-based) and the
+                epoch's length, as the framework's own step log numbers them (MindFormers'
+                ``step:[6/20]``); None when unknown.
             step_time_s: seconds per step; by default the time since the previous step end.
             skipped: the optimizer update of this step was withheld.
             steps: training steps this observation covers (dataset sink mode).
@@ -289,14 +293,15 @@ class Monitor:
         Returns the anomalies found at this step (empty when healthy); an anomaly whose
         ``stops`` is true asks the loop to stop after this step.
 
-        Raises ValueError for a step or steps that is not a positive int or an ``extra``
+        Raises ValueError for a step or steps that is not a positive int (epoch_step and
+        steps_per_epoch: nor None, the step past the epoch's end) or an ``extra``
         that clashes with a computed field, TypeError for a value that is not a number.
         """
         observation = StepObservation.from_arguments(
             step=step, epoch=epoch, loss=loss, lr=lr, grad_norm=grad_norm,
             grads_finite=grads_finite, lr_groups=lr_groups, skipped=skipped, steps=steps,
             layer_grad_norms=layer_grad_norms, extra=extra, local_grad_norms=local_grad_norms,
-            data_time_s=data_time_s)
+            data_time_s=data_time_s, epoch_step=epoch_step, steps_per_epoch=steps_per_epoch)
         self._ensure_started()
         now = self._timing.fill(observation, self._current.segment, step_time_s=step_time_s,
                                 batch_size=batch_size or self.settings.batch_size)
@@ -381,7 +386,7 @@ class Monitor:
         self._writer.emit(records.STEP, record, time=obs.time)
         self.responder.remember_step(record, obs.layer_grad_norms)
         found = [anomaly for detector in self.detectors for anomaly in detector.update(obs)]
-        found, skip_notice = self.skips.review(obs, found)
+        found, skip_notice = self.skips.review(obs, found, self.framework.unprotected)
         if skip_notice is not None:
             self.notice(skip_notice)
         found = self._replays.review(obs, self.peers.attribute(obs, found))

@@ -13,7 +13,8 @@ from .records import Common, Device, Hardware, Step
 
 # Fields a step record computes itself; ``extra`` may add others (loss_scale, data_time_s).
 _OWN_STEP_FIELDS = frozenset((*Common.REQUIRED, *Step.REQUIRED, Step.STEPS_COVERED,
-                              Step.SAMPLES_PER_S, Step.TOKENS_PER_S, Step.MFU,
+                              Step.EPOCH_STEP, Step.STEPS_PER_EPOCH, Step.SAMPLES_PER_S,
+                              Step.TOKENS_PER_S, Step.MFU,
                               Step.LR_GROUPS, Step.LAYER_GRAD_NORMS, Step.ETA_S))
 
 
@@ -21,6 +22,8 @@ _OWN_STEP_FIELDS = frozenset((*Common.REQUIRED, *Step.REQUIRED, Step.STEPS_COVER
 class StepObservation:
     step: int                              # global step, 1-based, the last one this covers
     epoch: int | None = None            # 1-based
+    epoch_step: int | None = None       # 1-based step within the epoch (of ``step``)
+    steps_per_epoch: int | None = None  # the epoch's length, with epoch_step
     loss: float | None = None
     lr: float | None = None             # the LR applied at this step (first group)
     lr_groups: list[float | None] | None = None  # every group's LR, when there are groups
@@ -53,6 +56,7 @@ class StepObservation:
                 raise ValueError(f"{name} must be a positive int"
                                  f"{' (1-based global step)' if name == 'step' else ''}; "
                                  f"got {value!r}")
+        _check_epoch_step(plain.get("epoch_step"), plain.get("steps_per_epoch"))
         clash = sorted(set(extra or ()) & _OWN_STEP_FIELDS)
         if clash:
             raise ValueError(f"extra must not replace the step record's own fields "
@@ -75,10 +79,13 @@ class StepObservation:
         """The fields of this step's ``step`` record; the per-layer norms only ``with_layers``
         (they are large: logged every ``layer_norms_interval`` steps)."""
         record: dict[str, Any] = {
-            Step.STEP: self.step, Step.EPOCH: self.epoch, Step.LOSS: self.loss,
+            Step.STEP: self.step, Step.EPOCH: self.epoch, Step.EPOCH_STEP: self.epoch_step,
+            Step.LOSS: self.loss,
             Step.LOSS_SMOOTH: loss_smooth, Step.LR: self.lr, Step.GRAD_NORM: self.grad_norm,
             Step.STEP_TIME_S: self.step_time_s, Step.SKIPPED: self.skipped,
             Step.STEPS_COVERED: self.steps, Step.SAMPLES_PER_S: self.samples_per_s}
+        if self.steps_per_epoch is not None:
+            record[Step.STEPS_PER_EPOCH] = self.steps_per_epoch
         if self.tokens_per_s is not None:
             record[Step.TOKENS_PER_S] = self.tokens_per_s
         if self.mfu is not None:
@@ -93,6 +100,17 @@ class StepObservation:
             record[Step.ETA_S] = self.eta_s
         record.update(self.extra)
         return record
+
+
+def _check_epoch_step(epoch_step: Any, steps_per_epoch: Any) -> None:
+    """Both None or positive ints, the step no later than the epoch's last."""
+    for name, value in (("epoch_step", epoch_step), ("steps_per_epoch", steps_per_epoch)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ValueError(f"{name} must be a positive int or None; got {value!r}")
+    if epoch_step is not None and steps_per_epoch is not None and epoch_step > steps_per_epoch:
+        raise ValueError(f"epoch_step must be at most steps_per_epoch ({steps_per_epoch}); "
+                         f"got {epoch_step}")
 
 
 def _layer_norms(values: Any) -> dict[str, float] | None:

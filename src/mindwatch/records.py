@@ -113,6 +113,10 @@ class Step(Fields):
     KIND = STEP
     STEP = required("step")
     EPOCH = required("epoch")
+    # the step's place in its epoch, 1-based (the last step of a sink), and the epoch's
+    # length: MindSpore's LossMonitor / MindFormers' MFLossMonitor "step:[6/20]"
+    EPOCH_STEP = optional("epoch_step")
+    STEPS_PER_EPOCH = optional("steps_per_epoch")
     LOSS = required("loss", nonfinite=True)
     LOSS_SMOOTH = required("loss_smooth", nonfinite=True)
     LR = required("lr", nonfinite=True)

@@ -227,6 +227,18 @@ class MonitorSettings:
         "`'warn'` says so once, keeps trying and resumes when it can, while training and the "
         "other sinks go on; `'raise'` stops training cleanly after the step (end reason "
         "`error`) and `model.train` raises `SinkError`.")
+    stop_exit_code: int | None = setting(
+        None, "The exit status of a process whose training mindwatch stopped (an anomaly under "
+        "`'stop'` or `'checkpoint_and_stop'`, on this rank or another): after the `end` record, "
+        "the sinks and reports are written and every callback's `on_train_end` has run, "
+        "`TrainMonitor` raises `SystemExit` with it, on every rank, so the job fails instead "
+        "of looking successful and a scheduler rule can keep it from being restarted into the "
+        "same fault (e.g. 42; docs/mindformers.md#making-the-job-fail-when-mindwatch-stops-it). "
+        "A stop by a signal then exits 128 + its number (143 for SIGTERM) on every rank; a "
+        "`request_stop()` (EarlyStopping) and a completed run exit as the script does. 1 to "
+        "255; msrun itself exits 1 when a worker fails. None: the process exits as the "
+        "training script does (0). Custom loops (`observe`, `close`) decide their own exit.",
+        "exit status")
     hang_timeout_s: float | None = setting(
         None, "`hang` when no step has ended for this long (a watchdog thread watches, so it "
         "is reported while the step is still stuck); the first step of each `model.train` "
@@ -326,6 +338,7 @@ class MonitorSettings:
         check_int("max_rewinds", self.max_rewinds, minimum=0, maximum=MAX_COUNT)
         check_choice("on_signal", self.on_signal, SIGNAL_POLICIES)
         check_choice("on_sink_error", self.on_sink_error, SINK_ERROR_POLICIES)
+        check_int("stop_exit_code", self.stop_exit_code, minimum=1, maximum=255, optional=True)
         check_number("max_temperature_c", self.max_temperature_c, low=0.0, low_open=True)
         check_int("overheat_samples", self.overheat_samples, minimum=1, maximum=MAX_COUNT)
         check_number("memory_pressure_device", self.memory_pressure_device, low=0.0,

@@ -102,9 +102,9 @@ def test_declarations_derive_the_tables():
     assert records.COMMON_FIELDS == ("kind", "rank", "time")
     assert records.REQUIRED_FIELDS[records.STEP] == (
         "step", "epoch", "loss", "loss_smooth", "lr", "grad_norm", "step_time_s", "skipped")
-    assert Step.OPTIONAL == ("samples_per_s", "steps_covered", "lr_groups", "layer_grad_norms",
-                             "data_time_s", "loss_scale", "tokens_per_s", "mfu",
-                             "local_grad_norm", "eta_s")
+    assert Step.OPTIONAL == ("epoch_step", "steps_per_epoch", "samples_per_s", "steps_covered",
+                             "lr_groups", "layer_grad_norms", "data_time_s", "loss_scale",
+                             "tokens_per_s", "mfu", "local_grad_norm", "eta_s")
     assert Anomaly.OPTIONAL == ("where", "layer", "origin_rank", "origin_host", "origin_device",
                                 "cause", "ranks", "memory", "projected_exhaustion_s")
     assert Run.OPTIONAL == ("log_path", "total_steps", "argv", "wrapped", "mode",

@@ -41,6 +41,7 @@ VALID = {
     "max_skips": [0, 5, 1000], "hang_timeout_s": [None, 0.5, 60, 86400],
     "snapshot_every": [1, 100, 10**6], "snapshots_kept": [1, 2, 1000], "max_rewinds": [0, 3, 50],
     "on_signal": [None, "stop", "checkpoint_and_stop"], "on_sink_error": ["warn", "raise"],
+    "stop_exit_code": [None, 1, 42, 255],
     "max_temperature_c": [1, 60.5, 120], "overheat_samples": [1, 10],
     "memory_pressure_device": [0.5, 1, 1.0], "memory_pressure_host": [0.01, 0.5],
     "hardware_interval_s": [None, 0.01, 1, 3600], "all_devices": [True, False],

@@ -66,12 +66,15 @@ def mf_config(tmp_path, *, mindwatch=True, callbacks=(), clip=True, cell=MF_CELL
     return path
 
 
-def run_launcher(tmp_path, config, **env):
+def run_launcher(tmp_path, config, *, returncode=0, **env):
+    """The launcher's run of ``config`` (``env``: more environment variables), which must
+    exit with ``returncode``; the updates the optimizer applied (GlobalStepAtEnd's line)."""
     result = subprocess.run(
         [sys.executable, str(HERE / "mf_launcher.py"), str(config)], cwd=tmp_path,
         env={**os.environ, "REGISTER_PATH": REGISTER_PATH, **env}, capture_output=True,
         text=True, timeout=280)
-    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == returncode, \
+        f"exit status {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     (tmp_path / "launcher.out").write_text(result.stdout + result.stderr)
     applied = re.search(r"optimizer global_step (\d+)", result.stdout)
     return int(applied.group(1)) if applied else None
@@ -91,6 +94,17 @@ def mf_steps(tmp_path, rank=0):
     return {int(m[1]): {"loss": float(m[2]), "lr": float(m[3]), "overflow": m[4] == "True",
                         "grad_norm": float(m[5]), "loss_abs": _half_last_digit(m[2])}
             for m in MF_LINE.finditer(text)}
+
+
+# MFLossMonitor's line starts "{ Epoch:[  2/  2], step:[    6/   20], loss:..."
+MF_EPOCH_LINE = re.compile(r"Epoch:\[\s*(\d+)/\s*(\d+)\], step:\[\s*(\d+)/\s*(\d+)\], loss:")
+
+
+def mf_epoch_steps(tmp_path, rank=0):
+    """MFLossMonitor's ``(epoch, step, steps_per_epoch)`` of each line it printed, in order
+    (one a step at its default ``per_print_times``); ``mf_steps`` keys by the step alone."""
+    text = (tmp_path / "output" / "log" / f"rank_{rank}" / "info.log").read_text()
+    return [(int(m[1]), int(m[3]), int(m[4])) for m in MF_EPOCH_LINE.finditer(text)]
 
 
 def _half_last_digit(printed):

@@ -1,5 +1,6 @@
 """What ``run_mindformer.py --config CONFIG`` does, on the CPU: ``MindFormerConfig``,
-``build_context``, ``Trainer(config).train()``, with a small random-token dataset.
+``set_output_path``, ``build_context``, ``Trainer(config).train()``, with a small random-token
+dataset (test_launcher_matches.py checks these calls against each release's launcher).
 
     python mf_launcher.py CONFIG
 
@@ -7,7 +8,8 @@ The test-only parts, which the CPU needs and a user's Ascend run does not: the
 ``hyper_parallel`` stand-in (see hyper_parallel_standin.py), ``CPUTrainOneStepCell``
 (MFTrainOneStepCell's overflow check uses NPUGetFloatStatusV2, Ascend-only; this one looks
 for non-finite gradients with IsFinite), and the callbacks the test YAMLs list to make
-something happen (``NanAtStep``, ``StopAtStep``, ``SlowFromStep``) or show what happened
+something happen (``NanAtStep``, ``StopAtStep``, ``SlowFromStep``, the conformance faults:
+``FaultyLlamaForCausalLM``, ``JumpLR``, ``FaultAt``) or show what happened
 (``StateDigest``, ``GlobalStepAtEnd``). mindwatch comes in through the YAML alone.
 
 Under msrun (``use_parallel: True``) each rank trains on its own shard of the data, as
@@ -27,12 +29,19 @@ import mindspore as ms  # noqa: E402
 import numpy as np  # noqa: E402
 from mindformers import MindFormerConfig, Trainer  # noqa: E402
 from mindformers.core.context import build_context  # noqa: E402
+from mindformers.core.lr import LinearWithWarmUpLR  # noqa: E402
+from mindformers.models.llama import LlamaForCausalLM  # noqa: E402
 from mindformers.tools.register import MindFormerModuleType, MindFormerRegister  # noqa: E402
 from mindformers.wrapper import MFTrainOneStepCell  # noqa: E402
 from mindspore import dataset as ds  # noqa: E402
 from mindspore import ops  # noqa: E402
 from mindspore.communication import get_group_size, get_rank  # noqa: E402
 from mindspore.train import Callback  # noqa: E402
+
+try:                                       # run_mindformer.py's import, 1.6 to 1.9
+    from mindformers.tools import set_output_path
+except ImportError:                        # 2.0 keeps it in utils
+    from mindformers.utils.file_utils import set_output_path
 
 VOCAB, SEQ, BATCH, SAMPLES = 128, 32, 2, 40
 
@@ -128,12 +137,87 @@ class StateDigest(Callback):
         print(f"state step {cb.cur_step_num} {digest.hexdigest()} scale {scale}", flush=True)
 
 
+class FaultyLoss(ms.nn.Cell):
+    """MindFormers' loss Cell, times ``fault_scale`` plus ``fault_offset``: Parameters that
+    ``FaultAt`` sets for one step (the conformance faults: a NaN or scaled loss, whose
+    gradients are scaled alike, or +Inf added, whose gradients stay finite)."""
+
+    def __init__(self, loss):
+        super().__init__()
+        self.inner = loss
+        self.fault_scale = ms.Parameter(ms.Tensor(1.0, ms.float32), name="fault_scale",
+                                        requires_grad=False)
+        self.fault_offset = ms.Parameter(ms.Tensor(0.0, ms.float32), name="fault_offset",
+                                         requires_grad=False)
+
+    def construct(self, logits, label, input_mask):
+        return self.inner(logits, label, input_mask) * self.fault_scale + self.fault_offset
+
+
+@MindFormerRegister.register(MindFormerModuleType.MODELS)
+class FaultyLlamaForCausalLM(LlamaForCausalLM):
+    """The legacy Llama with FaultyLoss around its loss."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.loss = FaultyLoss(self.loss)
+
+
+@MindFormerRegister.register(MindFormerModuleType.LR)
+class JumpLR(LinearWithWarmUpLR):
+    """LinearWithWarmUpLR whose LR is 1e5 times higher while ``global_step`` is
+    ``jump_step - 1``, the optimizer's count during step ``jump_step`` (an LR blow-up)."""
+
+    def __init__(self, jump_step, **kwargs):
+        super().__init__(**kwargs)
+        self.jump_at = ms.Tensor(jump_step - 1, ms.int32)
+
+    def construct(self, global_step):
+        lr = super().construct(global_step)
+        return ops.select(global_step.astype(ms.int32).reshape(()) == self.jump_at,
+                          lr * 1e5, lr)
+
+
+FAULT_VALUES = {"none": (1.0, 0.0), "nan": (float("nan"), 0.0), "explode": (1e7, 0.0),
+                "spike": (30.0, 0.0),
+                "inf_loss": (1.0, float("inf"))}
+
+
+@MindFormerRegister.register(MindFormerModuleType.CALLBACK)
+class FaultAt(Callback):
+    """Sets FaultyLoss's Parameters for step ``step`` only (``fault``: FAULT_VALUES), and
+    saves the network's weights after step ``step - 1`` to ``good_weights`` (the last good
+    state, which a stop's checkpoint must equal when the update was withheld)."""
+
+    def __init__(self, step, fault, good_weights):
+        self.step, self.fault, self.good_weights = step, fault, good_weights
+
+    def _set(self, run_context, values):
+        cell = run_context.original_args().train_network
+        for parameter in cell.get_parameters():
+            for suffix, value in zip(("fault_scale", "fault_offset"), values, strict=True):
+                if parameter.name.endswith(suffix):
+                    ops.assign(parameter, ms.Tensor(value, ms.float32))
+
+    def on_train_step_begin(self, run_context):
+        if run_context.original_args().cur_step_num == self.step:
+            self._set(run_context, FAULT_VALUES[self.fault])
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        if cb.cur_step_num == self.step:
+            self._set(run_context, (1.0, 0.0))
+        if cb.cur_step_num == self.step - 1:
+            ms.save_checkpoint(cb.train_network.network, self.good_weights)
+
+
 def _rank():
     return get_rank() if ms.communication.GlobalComm.INITED else 0
 
 
 def main(config_path):
     config = MindFormerConfig(config_path)
+    set_output_path(config.output_dir)
     build_context(config)
     tokens = np.random.default_rng(0).integers(3, VOCAB, size=(SAMPLES, SEQ + 1))
     shards = {"num_shards": get_group_size(), "shard_id": get_rank()} \

@@ -149,8 +149,10 @@ def test_a_nan_step_is_withheld_by_mindformers_and_stops_with_the_last_good_weig
     report = json.loads(Path(anomaly["report"]).read_text())
     assert "the checkpoint holds the last good weights: step 6's update was withheld" in \
         report["notes"]
-    assert f'load_checkpoint: "{anomaly["checkpoint"]}"' in report["resume"]   # MindFormers'
-    # ... and it does: every network parameter of a new run loads from that checkpoint
+    # MindFormers' resumable layout beside it (test_mindformers_resume.py resumes from it)
+    assert yaml.safe_load(report["resume"])["load_checkpoint"] == str(
+        Path(anomaly["checkpoint"]).parents[1] / "mindformers_resume")
+    # ... and the file alone: every network parameter of a new run loads from it
     resumed = tmp_path / "resumed"
     resumed.mkdir()
     again = yaml.safe_load(mf_config(resumed, mindwatch=False).read_text())

@@ -145,7 +145,20 @@ def prepare(log_dir: str, rank: int, resume: bool) -> str:
                          f"({getattr(exc, 'strerror', None) or exc}); "
                          "choose a directory you can write to") from exc
     if not resume and os.path.exists(path) and os.path.getsize(path) > 0:
-        raise ValueError(
-            f"{path} already holds a run log; pass resume=True to append this run to it, or "
-            "choose a new log_dir (mindwatch never overwrites a run log)")
+        raise RunLogExists.at(path)
     return path
+
+
+class RunLogExists(ValueError):
+    """``prepare`` found a run log at ``path`` and ``resume`` is off. A framework adapter
+    re-raises it with its own words for turning resume on (``at(path, how)``: a YAML key).
+    Built from its message alone too, as frameworks re-raise ``type(error)(message)``."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+    @classmethod
+    def at(cls, path: str, how: str = "pass resume=True") -> RunLogExists:
+        return cls(f"{path} already holds a run log; {how} to append this run to it, or "
+                   "choose a new log_dir (mindwatch never overwrites a run log)", path)

@@ -15,10 +15,28 @@ from ..records import Common, Step
 
 HISTORY_STEPS = 50
 # The step fields each history row keeps.
-HISTORY_FIELDS = (Step.STEP, Step.LOSS, Step.LOSS_SMOOTH, Step.GRAD_NORM, Step.LR, Step.SKIPPED)
+HISTORY_FIELDS = (Step.STEP, Step.LOSS, Step.LOSS_SMOOTH, Step.GRAD_NORM, Step.LR, Step.SKIPPED,
+                  Step.EPOCH, Step.EPOCH_STEP)
+# Where the anomaly's step lies in its epoch, from its step record (null when unknown).
+EPOCH_FIELDS = (Step.EPOCH, Step.EPOCH_STEP, Step.STEPS_PER_EPOCH)
 # The report's own fields, beside the anomaly record's.
 NOTES, RESUME, HARDWARE, TOP_LAYERS, HISTORY = (
     "notes", "resume", records.HARDWARE, "top_layers", "history")
+# The fence language of resume advice that does not name its own (a plain str)
+DEFAULT_LANGUAGE = "python"
+
+
+class Snippet(str):
+    """Resume advice (``FrameworkHooks.resume_hint``'s result) that names its language, for
+    the report's code fence: ``Snippet("load_checkpoint: ...", "yaml")``. A plain str is
+    taken for Python. It is a str everywhere else (the JSON report holds the text)."""
+
+    language: str
+
+    def __new__(cls, text: str, language: str = DEFAULT_LANGUAGE) -> Snippet:
+        snippet = super().__new__(cls, text)
+        snippet.language = language
+        return snippet
 
 
 def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: list[Mapping[str, Any]],
@@ -29,8 +47,11 @@ def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: list[Map
     stem = unused_report_stem(log_dir, anomaly.step or 0, rank, anomaly.kind)
     os.makedirs(os.path.dirname(stem), exist_ok=True)
     steps = [{name: r.get(name) for name in HISTORY_FIELDS} for r in history[-HISTORY_STEPS:]]
+    own: Mapping[str, Any] = next(
+        (r for r in reversed(history) if r.get(Step.STEP) == anomaly.step), {})
     body: dict[str, Any] = {
-        Record.ANOMALY: anomaly.kind, Record.STEP: anomaly.step, Common.RANK: rank,
+        Record.ANOMALY: anomaly.kind, Record.STEP: anomaly.step,
+        **{name: own.get(name) for name in EPOCH_FIELDS}, Common.RANK: rank,
         Record.VALUE: anomaly.value, Record.THRESHOLD: anomaly.threshold,
         Record.MESSAGE: anomaly.message, Record.ACTIONS: anomaly.actions,
         Record.CHECKPOINT: anomaly.checkpoint, **anomaly.fields, NOTES: notes,
@@ -49,10 +70,22 @@ def write_report_files(stem: str, body: Mapping[str, Any], markdown: str) -> str
     return json_path
 
 
+def in_epoch(record: Mapping[str, Any]) -> str:
+    """"epoch 2, step 6 of 20": where a step record's (or report's) step lies in its epoch,
+    the numbers MindFormers' MFLossMonitor prints; "" when its epoch step is unknown."""
+    epoch_step = record.get(Step.EPOCH_STEP)
+    if epoch_step is None:
+        return ""
+    per_epoch, epoch = record.get(Step.STEPS_PER_EPOCH), record.get(Step.EPOCH)
+    where = f"step {epoch_step}" + (f" of {per_epoch}" if per_epoch else "")
+    return where + " of its epoch" if epoch is None else f"epoch {epoch}, {where}"
+
+
 def _markdown(body: Mapping[str, Any]) -> str:
+    where = in_epoch(body)
     lines = [
         f"# Anomaly: {body[Record.ANOMALY]} at step {body[Record.STEP]} "
-        f"(rank {body[Common.RANK]})", "",
+        f"({where + '; ' if where else ''}rank {body[Common.RANK]})", "",
         body[Record.MESSAGE], "",
         f"- value: {fmt.number(body[Record.VALUE])}",
         f"- threshold: {fmt.number(body[Record.THRESHOLD])}",
@@ -65,16 +98,28 @@ def _markdown(body: Mapping[str, Any]) -> str:
                   "| layer | gradient L2 norm |", "|---|---:|"]
         lines += [f"| {name} | {fmt.number(norm)} |" for name, norm in body[TOP_LAYERS]]
     if body[RESUME]:
-        lines += ["", "## Resume from the checkpoint", "", "```python", body[RESUME], "```"]
+        language = getattr(body[RESUME], "language", DEFAULT_LANGUAGE)
+        lines += ["", "## Resume from the checkpoint", "", f"```{language}", body[RESUME], "```"]
     hardware = body[HARDWARE]
     if hardware:
         lines += ["", "## Latest hardware sample", "", "```json",
                   json.dumps(records.to_strict(dict(hardware)), indent=2), "```"]
+    # the step within its epoch beside the global one, where the rows know it
+    epochs = any(row.get(Step.EPOCH_STEP) is not None for row in body[HISTORY])
     lines += ["", f"## Last {len(body[HISTORY])} steps", "",
-              "| step | loss | loss (smoothed) | grad norm | lr | skipped |",
-              "|---:|---:|---:|---:|---:|:---:|"]
+              f"| step |{' epoch, step |' if epochs else ''} loss | loss (smoothed) | "
+              "grad norm | lr | skipped |",
+              f"|---:|{'---:|' if epochs else ''}---:|---:|---:|---:|:---:|"]
     for row in body[HISTORY]:
-        lines.append(f"| {row[Step.STEP]} | {fmt.number(row[Step.LOSS])} | "
+        place = f" {_epoch_cell(row)} |" if epochs else ""
+        lines.append(f"| {row[Step.STEP]} |{place} {fmt.number(row[Step.LOSS])} | "
                      f"{fmt.number(row[Step.LOSS_SMOOTH])} | {fmt.number(row[Step.GRAD_NORM])} | "
                      f"{fmt.lr(row[Step.LR])} | {'yes' if row[Step.SKIPPED] else ''} |")
     return "\n".join(lines) + "\n"
+
+
+def _epoch_cell(row: Mapping[str, Any]) -> str:
+    epoch, epoch_step = row.get(Step.EPOCH), row.get(Step.EPOCH_STEP)
+    if epoch_step is None:
+        return ""
+    return f"{'-' if epoch is None else epoch}, {epoch_step}"

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..basics.run_dir import RunLogExists
 from ..mindspore import TrainMonitor
-from . import compat
+from ..mindspore.cb_params import steps_per_epoch
+from ..mindspore.checkpoint import save_atomically
+from . import compat, resume
 from .reader import MindFormersReader
 from .train_cell import MindWatchTrainOneStepCell
 
@@ -37,16 +40,64 @@ class MindWatchMonitor(TrainMonitor):
     """
 
     def __init__(self, log_dir: str | None = None, **settings: Any):
-        super().__init__(log_dir or default_log_dir(), reader=MindFormersReader(),
-                         tensorboard_dir=beside_mindformers_tensorboard,
-                         releases=(compat.release(),), **settings)
-
+        reader = MindFormersReader()
+        try:
+            super().__init__(log_dir or default_log_dir(), reader=reader,
+                             tensorboard_dir=beside_mindformers_tensorboard,
+                             releases=(compat.release(),), **settings)
+        except RunLogExists as exc:      # said as the YAML entry sets it
+            if exc.path is None:
+                raise
+            raise RunLogExists.at(exc.path, resume.RESUME_HOW) from None
+        self._resume_points = reader.resume_points
+        self._steps_before = 0           # a resumed run's steps before this one
 
     def on_train_begin(self, run_context) -> None:
-        super().on_train_begin(run_context)
+        if not isinstance(run_context, resume.ResumedContext):
+            self._steps_before = resume.steps_before(run_context.original_args())
+        super().on_train_begin(self._resumed(run_context))
         if self.train_step is None:      # MindFormers' own cell: said once, at the start
             self.monitor.notice(self._reader.unprotected(
                 getattr(run_context.original_args(), "train_network", None)))
+
+    def _planned_steps(self, cb, sink_dropped: bool) -> int | None:
+        # resumed mid-epoch, MindFormers skips that epoch's batches already trained
+        planned, per_epoch = super()._planned_steps(cb, sink_dropped), steps_per_epoch(cb)
+        if planned is None or not self._steps_before or per_epoch is None:
+            return planned
+        return planned - self._steps_before % per_epoch
+
+    # A resumed run's cur_step_num starts again at 1: mindwatch counts on from the step
+    # resumed, as MindFormers' own callbacks do.
+    def on_train_step_begin(self, run_context) -> None:
+        super().on_train_step_begin(self._resumed(run_context))
+
+    def on_train_step_end(self, run_context) -> None:
+        super().on_train_step_end(self._resumed(run_context))
+
+    def _resumed(self, run_context):
+        if not self._steps_before or isinstance(run_context, resume.ResumedContext):
+            return run_context
+        return resume.ResumedContext(run_context, self._steps_before)
+
+    def _save_checkpoint(self, step: int, reason: str) -> str | None:
+        """The checkpoint, with the keys MindFormers' resume reads, linked into its
+        resumable layout too (``<log_dir>/mindformers_resume``) for the report's advice."""
+        cell = self._train_cell()
+        if cell is None:
+            return None
+        point = resume.resume_point(step, self.monitor.responder.history, self._cb_params)
+        path = save_atomically(cell, self.monitor.log_dir, step, self.monitor.rank, reason,
+                               append=point.keys())
+        try:
+            self._resume_points[path] = resume.link_resumable(
+                path, self.monitor.log_dir, self.monitor.rank, point)
+        except OSError as exc:           # the checkpoint stands; the advice names it alone
+            self._resume_points[path] = point
+            self.monitor.notice(f"the checkpoint {path} could not be linked into "
+                                f"{resume.RESUME_DIR}/ ({type(exc).__name__}: {exc}); "
+                                "the report's advice loads its weights alone")
+        return path
 
 
 def beside_mindformers_tensorboard(rank: int) -> str | None:

@@ -18,9 +18,15 @@ import numpy as np
 from ..mindspore.cell_reader import TrainCellReader
 from ..mindspore.outputs import StepOutputs, from_stats, read_outputs
 from . import compat
+from .resume import ResumePoint, yaml_advice
 
 
 class MindFormersReader(TrainCellReader):
+    def __init__(self) -> None:
+        # the checkpoints MindWatchMonitor wrote, by path: what state each holds, and where
+        # it lies in MindFormers' resumable layout
+        self.resume_points: dict[str, ResumePoint] = {}
+
     def read(self, outputs: Any, cell: Any) -> StepOutputs:
         out = read_outputs(outputs)
         if not compat.outputs_of_train_cell(outputs):
@@ -42,9 +48,9 @@ class MindFormersReader(TrainCellReader):
         return [parameter.name for parameter in weights] if weights is not None else None
 
     def resume_hint(self, path: str) -> str:
-        return ("# in the YAML config, then run_mindformer.py --config ... as before: the\n"
-                "# weights of that checkpoint load into the model (the optimizer starts afresh)\n"
-                f'load_checkpoint: "{path}"')
+        """The YAML (MindFormers' ``load_checkpoint`` and ``resume_training``, and
+        ``resume: True`` in the MindWatchMonitor entry) that goes on from ``path``."""
+        return yaml_advice(path, self.resume_points.get(path))
 
     def grad_checks_off(self, cell: Any) -> str:
         return ("gradient checks are off: MindFormers' train cell returns no global gradient "

@@ -17,6 +17,7 @@ from . import compat
 from .cb_params import (
     SINK_MODE_DROPPED,
     batch_size_of,
+    epoch_position,
     evaluation_of,
     field,
     optimizer_of,
@@ -27,6 +28,7 @@ from .cb_params import (
 from .cell_reader import TrainCellReader
 from .checkpoint import save_atomically
 from .distributed import current_rank
+from .exit_status import exit_after_stop
 from .functional import ForwardCell, JitTrainStep
 from .layers import LayerGrouping
 from .limits import GraphLimits
@@ -277,7 +279,7 @@ class TrainMonitor(Callback):
             cb.optimizer = self.train_step.optimizer
         self._last_step_num = int(getattr(cb, "cur_step_num", 0) or 0)
         dropped = sink_mode_dropped(cb)
-        planned = planned_steps(cb, sink_dropped=dropped)
+        planned = self._planned_steps(cb, dropped)
         self.monitor.start(total_steps=None if planned is None else
                            self._last_step_num + planned,
                            **setup_fields(cb, wrapped=self._is_wrapped(cb)))
@@ -326,10 +328,12 @@ class TrainMonitor(Callback):
         if out.grad_norm is None and not self._said_grads_off:
             self._said_grads_off = True
             self.monitor.notice(self._reader.grad_checks_off(field(cb, "train_network")))
+        epoch_step, steps_per_epoch = epoch_position(cb)
         try:
             self.monitor.observe(
                 **out.observation(self._layers),
                 step=step, epoch=getattr(cb, "cur_epoch_num", None), steps=covered,
+                epoch_step=epoch_step, steps_per_epoch=steps_per_epoch,
                 step_time_s=step_time, data_time_s=self._data_time,
                 batch_size=self.settings.batch_size or batch_size_of(cb))
             self._observe_state(step, None if self._is_wrapped(cb) else out)
@@ -370,6 +374,8 @@ class TrainMonitor(Callback):
         error, self._sink_error = self._sink_error, None
         if error is not None:
             raise error
+        exit_after_stop(self, run_context, self.settings.stop_exit_code,
+                        self.monitor.stop_requested, self.monitor.rank)
 
     def __enter__(self) -> TrainMonitor:
         self._entered += 1
@@ -389,6 +395,11 @@ class TrainMonitor(Callback):
             self.monitor.close()
 
     # -- helpers ----------------------------------------------------------------------------
+    def _planned_steps(self, cb, sink_dropped: bool) -> int | None:
+        """The steps this training call will run (a framework that resumes mid-epoch
+        trains fewer)."""
+        return planned_steps(cb, sink_dropped=sink_dropped)
+
     def _is_wrapped(self, cb) -> bool:
         network = getattr(cb, "train_network", None)
         return self.train_step is not None and (network is None or network is self.train_step)
@@ -409,3 +420,4 @@ class TrainMonitor(Callback):
         if cell is None:
             return None
         return save_atomically(cell, self.monitor.log_dir, step, self.monitor.rank, reason)
+

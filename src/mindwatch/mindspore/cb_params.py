@@ -76,6 +76,36 @@ def planned_steps(cb: Any, *, sink_dropped: bool) -> int | None:
     return epochs * per_epoch if epochs and per_epoch else None
 
 
+def epoch_position(cb: Any) -> tuple[int | None, int | None]:
+    """``(epoch_step, steps_per_epoch)`` of the last step this callback covers: its place,
+    1-based, in the epoch ``cur_epoch_num`` names, ``(cur_step_num - 1) % steps_per_epoch +
+    1``, as MindSpore's LossMonitor prints it and MindFormers' MFLossMonitor (whose resumed
+    count, ``initial_step`` on, ``MindWatchMonitor`` hands in as ``cur_step_num``).
+    ``(None, None)`` when the epoch's length is unknown.
+
+    Without sink mode an epoch is one pass over the dataset: ``batch_num``, or the dataset's
+    size where MindSpore dropped sink mode (the CPU) and ``batch_num`` is the sink size it
+    does not use. In sink mode an epoch is one sink of ``batch_num`` steps."""
+    per_epoch, step = steps_per_epoch(cb), field(cb, "cur_step_num")
+    if per_epoch is None or not _positive_int(step):
+        return None, None
+    return (step - 1) % per_epoch + 1, per_epoch
+
+
+def steps_per_epoch(cb: Any) -> int | None:
+    """One epoch's steps (``epoch_position`` says which), or None where unknown."""
+    per_epoch = field(cb, "batch_num")
+    if not field(cb, "dataset_sink_mode", False):
+        dataset = field(cb, "train_dataset")
+        with contextlib.suppress(Exception):   # a dataset that cannot tell: batch_num stands
+            per_epoch = int(dataset.get_dataset_size()) if dataset is not None else per_epoch
+    return per_epoch if _positive_int(per_epoch) else None
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def evaluation_of(cb: Any) -> dict[str, float | None] | None:
     """``Model.fit``'s evaluation results (metrics and ``eval_loss``) as floats; None for a
     metric that is not one number (a confusion matrix)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,10 +108,12 @@ class SkipGuard:
             grad_norm=self._grad_spike.limit() if self._grad_spike is not None else math.inf,
             lr=self._lr_rule.limit() if self._lr_rule is not None else math.inf)
 
-    def review(self, obs: StepObservation, found: list[Anomaly]) -> tuple[list[Anomaly],
-                                                                           str | None]:
+    def review(self, obs: StepObservation, found: list[Anomaly],
+               unprotected: Callable[[], str | None] | None = None,
+               ) -> tuple[list[Anomaly], str | None]:
         """Set the actions of this step's "skip" anomalies, add the repeats; returns them and
-        a notice to say (once: "skip" could not withhold anything), or None."""
+        a notice to say (once: "skip" could not withhold anything), or None. ``unprotected``:
+        the framework's reason the train cell withholds nothing, with what to change."""
         if not obs.skipped:            # a withheld value stays out of the windows
             self.refresh()
         if not self.kinds:
@@ -126,9 +128,10 @@ class SkipGuard:
                 anomaly.actions = ["warn"]
                 if not self._said_not_withheld:
                     self._said_not_withheld = True
+                    why = (unprotected() if unprotected is not None else None) or (
+                        "that needs monitor.wrap(..., skip_anomalous_updates=True)")
                     notice = (f"on_anomaly 'skip' ({anomaly.kind} at step {obs.step}): the "
-                              "update was not withheld (that needs monitor.wrap(..., "
-                              "skip_anomalous_updates=True)), so 'skip' acts as 'warn'")
+                              f"update was not withheld, so 'skip' acts as 'warn' ({why})")
             elif prior >= self.max_skips:
                 anomaly.actions = ["skip", "checkpoint", "stop"]
                 anomaly.message += (

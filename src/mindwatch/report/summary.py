@@ -1,13 +1,17 @@
 """``mindwatch summary``: a short verdict of a run, as text or JSON.
 
-Healthy (exit 0) means every rank's latest segment ended ``completed`` and no rank logged an
-anomaly. Anything else readable is exit 1, and the verdict names it: anomalies, then the
-endings that are not ``completed`` (an error, a signal, an abort, a run with no ``end``
-record because it still runs or died). Unreadable input never gets here (exit 2).
+Healthy (exit 0) means every rank's latest segment ended ``completed`` and logged no anomaly.
+Anything else readable is exit 1, and the verdict names it: anomalies, then the endings that
+are not ``completed`` (an error, a signal, an abort, a run with no ``end`` record because it
+still runs or died). Unreadable input never gets here (exit 2).
+
+A run resumed into its log directory holds several segments (``runlog/segments.py``). The
+verdict, and each rank's figures, are its latest segment's: a resume is how a user answers a
+stop, so a clean second segment is a healthy run. Each segment is also listed with its steps,
+ending, losses and anomalies, so what the earlier ones did stays in view.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +21,7 @@ from ..anomaly import HANG
 from ..basics import format as fmt
 from ..records import Anomaly, Common, End, Rewind, Step
 from ..runlog import RankScan, RunLog
+from ..runlog.segments import Segment
 from ..runlog.steps import StepIndex, last_common_step
 from .spread import STATS, min_median_max
 
@@ -25,6 +30,9 @@ HEALTHY, ANOMALIES = 0, 1
 _END, _ANOMALIES = records.END, "anomalies"
 THROUGHPUT = "throughput"            # median tokens/s and MFU per device
 NO_END = "running or crashed (no end record)"
+# An earlier segment with no `end` record is not running: a later one began after it.
+CRASHED = "crashed (no end record)"
+_SEGMENTS, _EARLIER = "segments", "earlier_anomalies"
 # The verdict's word for each way a rank can end other than "completed", worst first. A
 # "stopped" run with anomalies was stopped by them: the anomalies say it already.
 _ENDINGS = {records.ERROR: "FAILED", records.SIGNAL: "STOPPED BY SIGNAL",
@@ -41,33 +49,35 @@ def summarize(run: RunLog) -> dict[str, Any]:
     ranks: list[dict[str, Any]] = []
     scans = [log.scan for log in run.ranks]
     for log, scan in zip(run.ranks, scans, strict=True):
-        steps, end = scan.steps, scan.end
-        last = scan.step_count - 1
+        steps, latest = scan.steps, scan.segments[-1]
+        last, end = scan.step_count - 1, latest.end
         ranks.append({
             Common.RANK: log.rank,
             End.STEPS: steps[Step.STEP][last] if last >= 0 else 0,
-            "first_loss": next((v for v in steps[Step.LOSS]
-                                if v is not None and math.isfinite(v)), None),
-            "last_loss_smooth": steps[Step.LOSS_SMOOTH][last] if last >= 0 else None,
-            "skipped_steps": scan.skipped_steps,
-            "rewinds": [{name: r.get(name) for name in REWIND_FIELDS} for r in scan.rewinds],
+            "first_loss": latest.first_loss,
+            "last_loss_smooth": latest.last_loss_smooth,
+            "skipped_steps": latest.skipped_steps,
+            "rewinds": _rewinds(latest),
             Step.TOKENS_PER_S: scan.medians.get(Step.TOKENS_PER_S),
             Step.MFU: scan.medians.get(Step.MFU),
-            _END: str(end.get(End.REASON)) if end else NO_END,
+            _END: _ending(latest, latest=True),
             End.ELAPSED_S: end.get(End.ELAPSED_S) if end else None,
             # a run still running: the time to its last step, from its latest step record
-            Step.ETA_S: steps[Step.ETA_S][last] if end is None and last >= 0 else None,
+            Step.ETA_S: steps[Step.ETA_S][latest.stop - 1]
+            if end is None and latest.step_count else None,
             "torn_last_line": log.torn_tail,
             "skipped_lines": log.skipped,
             "skipped_at": list(log.skipped_at),
-            _ANOMALIES: [{name: a.get(name) for name in ANOMALY_FIELDS} for a in scan.anomalies],
+            _ANOMALIES: _anomalies(latest),
+            _SEGMENTS: [_segment(number, segment, len(scan.segments))
+                        for number, segment in enumerate(scan.segments, start=1)],
         })
     anomalies = sum(len(r[_ANOMALIES]) for r in ranks)
     spread = _spread(scans) if len(scans) > 1 else None
     healthy = anomalies == 0 and all(r[_END] == records.COMPLETED for r in ranks)
     hangs = [{Common.RANK: log.rank, **{name: a.get(name) for name in HANG_FIELDS}}
-             for log, scan in zip(run.ranks, scans, strict=True) for a in scan.anomalies
-             if a.get(Anomaly.ANOMALY) == HANG]
+             for log, scan in zip(run.ranks, scans, strict=True)
+             for a in scan.segments[-1].anomalies if a.get(Anomaly.ANOMALY) == HANG]
     return {"directory": run.directory, "healthy": healthy,
             THROUGHPUT: _throughput(ranks),
             "verdict": _verdict(anomalies, [r[_END] for r in ranks], hangs),
@@ -77,7 +87,37 @@ def summarize(run: RunLog) -> dict[str, Any]:
             "skipped_steps": sum(r["skipped_steps"] for r in ranks),
             "rewinds": max((len(r["rewinds"]) for r in ranks), default=0),
             "ranks": ranks, "spread": spread, _HANGS: hangs,
+            _SEGMENTS: max(len(r[_SEGMENTS]) for r in ranks),
+            _EARLIER: sum(len(s[_ANOMALIES]) for r in ranks for s in r[_SEGMENTS][:-1]),
             "exit_code": HEALTHY if healthy else ANOMALIES}
+
+
+def _anomalies(segment: Segment) -> list[dict[str, Any]]:
+    return [{name: a.get(name) for name in ANOMALY_FIELDS} for a in segment.anomalies]
+
+
+def _rewinds(segment: Segment) -> list[dict[str, Any]]:
+    return [{name: r.get(name) for name in REWIND_FIELDS} for r in segment.rewinds]
+
+
+def _ending(segment: Segment, latest: bool) -> str:
+    if segment.end is not None:
+        return str(segment.end.get(End.REASON))
+    return NO_END if latest else CRASHED
+
+
+def _segment(number: int, segment: Segment, count: int) -> dict[str, Any]:
+    """One segment of a rank, as the summary lists it (``segment`` counts from 1)."""
+    end = segment.end
+    return {"segment": number, "latest": number == count,
+            "first_step": segment.first_step, "last_step": segment.last_step,
+            "step_records": segment.step_count,
+            _END: _ending(segment, latest=number == count),
+            End.ELAPSED_S: end.get(End.ELAPSED_S) if end else None,
+            "first_loss": segment.first_loss, "last_loss": segment.last_loss,
+            "last_loss_smooth": segment.last_loss_smooth,
+            "skipped_steps": segment.skipped_steps, "rewinds": _rewinds(segment),
+            _ANOMALIES: _anomalies(segment)}
 
 
 def _throughput(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -120,7 +160,7 @@ def _spread(scans: list[RankScan]) -> dict[str, Any] | None:
 
 
 def render_text(summary: dict[str, Any]) -> str:
-    lines = [f"{summary['directory']}: {summary['verdict']}"]
+    lines = [f"{summary['directory']}: {summary['verdict']}" + _segments_note(summary)]
     for rank in summary["ranks"]:
         lines.append(
             f"  rank {rank[Common.RANK]}: {fmt.count(rank[End.STEPS], 'step')}, {rank[_END]}"
@@ -135,10 +175,12 @@ def render_text(summary: dict[str, Any]) -> str:
             + _throughput_note(rank)
             + (f"; {skipped_note(rank['skipped_lines'], rank['skipped_at'])}"
                if rank["skipped_lines"] else ""))
-        for anomaly in rank[_ANOMALIES]:
-            lines.append(f"    step {anomaly[Anomaly.STEP]}: {anomaly[Anomaly.ANOMALY]} "
-                         f"[{', '.join(anomaly[Anomaly.ACTIONS] or [])}] "
-                         f"{anomaly[Anomaly.MESSAGE]}")
+        if len(rank[_SEGMENTS]) == 1:
+            lines += [f"    {_anomaly_text(a)}" for a in rank[_ANOMALIES]]
+        else:           # each segment with its own anomalies, the latest one's included
+            for segment in rank[_SEGMENTS]:
+                lines.append(f"    {_segment_text(segment)}")
+                lines += [f"      {_anomaly_text(a)}" for a in segment[_ANOMALIES]]
     throughput = summary.get(THROUGHPUT)
     if throughput and len(summary["ranks"]) > 1:
         lines.append(_throughput_note(throughput, "  per device, median over ranks: "))
@@ -155,6 +197,40 @@ def render_text(summary: dict[str, Any]) -> str:
                          + "/".join(fmt.duration(spread[Step.STEP_TIME_S][s]) for s in STATS))
         lines.append("  " + "; ".join(parts))
     return "\n".join(lines)
+
+
+def _anomaly_text(anomaly: dict[str, Any]) -> str:
+    return (f"step {anomaly[Anomaly.STEP]}: {anomaly[Anomaly.ANOMALY]} "
+            f"[{', '.join(anomaly[Anomaly.ACTIONS] or [])}] {anomaly[Anomaly.MESSAGE]}")
+
+
+def _segments_note(summary: dict[str, Any]) -> str:
+    """" (the latest of 2 segments; 1 anomaly in earlier ones)" after the verdict of a resumed
+    run, whose verdict is its latest segment's; "" for a run of one segment."""
+    if summary[_SEGMENTS] < 2:
+        return ""
+    earlier = summary[_EARLIER]
+    return (f" (the latest of {summary[_SEGMENTS]} segments"
+            + (f"; {fmt.count(earlier, 'anomaly', 'anomalies')} in earlier ones" if earlier
+               else "") + ")")
+
+
+def _segment_text(segment: dict[str, Any]) -> str:
+    """"segment 1 (steps 1-6, stopped in 3.00 s), earlier: loss 2 -> 1.9; 1 anomaly"."""
+    first, last = segment["first_step"], segment["last_step"]
+    where = ("no steps" if segment["step_records"] == 0 else
+             f"step {first}" if first == last else f"steps {first}-{last}")
+    ending = segment[_END] + (f" in {fmt.duration(segment[End.ELAPSED_S])}"
+                              if segment[End.ELAPSED_S] is not None else "")
+    parts = [f"loss {fmt.number(segment['first_loss'])} -> {fmt.number(segment['last_loss'])}"]
+    if segment["skipped_steps"]:
+        parts.append(f"{fmt.count(segment['skipped_steps'], 'update')} withheld")
+    if segment["rewinds"]:
+        parts.append(fmt.count(len(segment["rewinds"]), "rewind"))
+    parts.append(fmt.count(len(segment[_ANOMALIES]), "anomaly", "anomalies")
+                 if segment[_ANOMALIES] else "no anomaly")
+    return (f"segment {segment['segment']} ({where}, {ending}), "
+            f"{'latest' if segment['latest'] else 'earlier'}: " + "; ".join(parts))
 
 
 def _rewinds_text(rewinds: list[dict[str, Any]]) -> str:

@@ -23,10 +23,13 @@ from .lines import MAX_LINE_BYTES, LineDecoder, Record
 @dataclass
 class Batch:
     """What a chunk held, by use: step records (msgspec Structs or dicts), hardware records
-    with the number of steps of the batch before each, every other record in file order."""
+    with the number of steps of the batch before each, every other record in file order, and
+    the number of steps of the batch before each of those (``others_at``: where a ``run``
+    record opens a segment)."""
     steps: list[Any] = field(default_factory=list)
     hardware: list[tuple[int, Any]] = field(default_factory=list)
     others: list[Record] = field(default_factory=list)
+    others_at: list[int] = field(default_factory=list)
 
     def add(self, record: Record) -> None:
         kind = record.get(Common.KIND)
@@ -36,6 +39,7 @@ class Batch:
             self.hardware.append((len(self.steps), record))
         else:
             self.others.append(record)
+            self.others_at.append(len(self.steps))
 
 
 class BatchDecoder(LineDecoder):

@@ -4,9 +4,10 @@ few records the views show whole.
 ``RankScan`` holds the step fields of ``fast.STEP_FIELDS`` as columns (``columns.py``), the
 hardware samples as short columns placed on the step axis, the ``state`` records as columns
 (``states.py``), every ``anomaly`` and ``rewind`` record, the latest ``run`` record, the
-``end`` record of the latest segment, and the count of withheld updates. ``summary`` and
-``report`` read nothing else, so a long run costs them its columns (~60 bytes a step), not a
-dict per record (~1.5 KB a step).
+``end`` record of the latest segment, the count of withheld updates, and each run segment's
+share of these (``segments.py``), found in the same pass. ``summary`` and ``report`` read
+nothing else, so a long run costs them its columns (~60 bytes a step), not a dict per record
+(~1.5 KB a step).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from .batch import Batch
 from .columns import FLOAT, INT, Column, Columns, field_values, revived
 from .fast import DEVICE_FIELDS, HOST_FIELDS, STEP_FIELDS
 from .lines import Record
+from .segments import Segment, figures
 from .states import StateColumns
 from .steps import StepIndex
 
@@ -48,6 +50,8 @@ class RankScan:
     step_time_median: float | None = None
     medians: dict[str, float | None] = field(default_factory=dict)     # of MEDIAN_FIELDS
     states: StateColumns = field(default_factory=StateColumns)          # `state` records
+    # In file order, at least one once finished; the last is the latest segment.
+    segments: list[Segment] = field(default_factory=list)
 
     @property
     def step_count(self) -> int:
@@ -65,23 +69,45 @@ class Scanner:
 
     def add(self, batch: Batch) -> None:
         scan = self.scan
+        skipped: list[Any] = []
         if batch.steps:
             self._columns.extend(batch.steps)
-            scan.skipped_steps += sum(map(truth, field_values(batch.steps, Step.SKIPPED)))
+            skipped = field_values(batch.steps, Step.SKIPPED)
         self._hardware += [(self._count + before, item) for before, item in batch.hardware]
-        self._count += len(batch.steps)
-        for record in batch.others:
+        done = 0                 # the batch's steps counted into a segment's withheld updates
+        for record, before in zip(batch.others, batch.others_at, strict=True):
             kind = record.get(Common.KIND)
             if kind == records.ANOMALY:
                 scan.anomalies.append(record)
+                self._segment().anomalies.append(record)
             elif kind == records.REWIND:
                 scan.rewinds.append(record)
+                self._segment().rewinds.append(record)
             elif kind == records.RUN:
                 scan.run, scan.end = record, None      # a new segment: no end yet
+                if scan.segments or self._count + before:    # the steps before it end one
+                    self._count_skipped(skipped[done:before])
+                    done = before
+                scan.segments.append(Segment(start=self._count + before))
             elif kind == records.END:
-                scan.end = record
+                scan.end = self._segment().end = record
             elif kind == records.STATE:
                 scan.states.add(record)
+        if skipped:
+            self._count_skipped(skipped[done:] if done else skipped)
+        self._count += len(batch.steps)
+
+    def _segment(self) -> Segment:
+        """The segment being read; one from the first step when no ``run`` record opened one
+        (records given in memory)."""
+        if not self.scan.segments:
+            self.scan.segments.append(Segment(start=0))
+        return self.scan.segments[-1]
+
+    def _count_skipped(self, values: list[Any]) -> None:
+        count = sum(map(truth, values))
+        self.scan.skipped_steps += count
+        self._segment().skipped_steps += count
 
     def add_records(self, found: list[Record]) -> None:
         batch = Batch()
@@ -94,6 +120,8 @@ class Scanner:
         shares the step axis (0 before the first step)."""
         scan = self.scan
         scan.steps = self._columns.data
+        self._segment()
+        figures(scan.segments, scan.steps)
         steps = scan.steps[Step.STEP]
         index = StepIndex(steps)
         scan.ascending = index.ascending

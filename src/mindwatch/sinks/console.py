@@ -29,6 +29,8 @@ class ConsoleSink(Sink):
         self._bar_shown = False
         self._last_step = 0
         self._eta_s: float | None = None
+        # the latest step record's (step, epoch, epoch_step): its anomalies name them too
+        self._place: tuple[Any, Any, Any] | None = None
 
     # -- output helpers -------------------------------------------------------------------
     def _line(self, text: str) -> None:
@@ -58,7 +60,8 @@ class ConsoleSink(Sink):
             actions = "+".join(record.get(Anomaly.ACTIONS) or []) or "warn"
             checkpoint = record.get(Anomaly.CHECKPOINT)
             where = f" -> {checkpoint}" if checkpoint else ""
-            self._line(f"ANOMALY {record[Anomaly.ANOMALY]} at step {record.get(Anomaly.STEP)}: "
+            step = record.get(Anomaly.STEP)
+            self._line(f"ANOMALY {record[Anomaly.ANOMALY]} at step {step}{self._in_epoch(step)}: "
                        f"{record.get(Anomaly.MESSAGE)} [{actions}{where}]")
         elif kind == records.NOTICE:
             self._line(f"note: {record.get(Notice.MESSAGE)}")
@@ -85,6 +88,7 @@ class ConsoleSink(Sink):
         first = step - covered + 1
         self._last_step = step
         self._eta_s = record.get(Step.ETA_S)
+        self._place = (step, record.get(Step.EPOCH), record.get(Step.EPOCH_STEP))
         if self.verbose and (step // self.print_interval) > ((first - 1) // self.print_interval):
             total = f"/{self.total_steps}" if self.total_steps else ""
             width = len(str(self.total_steps)) if self.total_steps else 6
@@ -99,6 +103,15 @@ class ConsoleSink(Sink):
                 f"{fmt.rate(record.get(Step.SAMPLES_PER_S))}{_tokens(record)}{_eta(record)}"
                 f"{skipped}")
         self._draw_bar()
+
+    def _in_epoch(self, step: Any) -> str:
+        """" (epoch 2 step 6)" for an anomaly of the latest step record's step, when it
+        carries its step within the epoch; "" otherwise."""
+        if self._place is None or self._place[0] != step or self._place[2] is None:
+            return ""
+        _, epoch, epoch_step = self._place
+        return f" (epoch {epoch} step {epoch_step})" if epoch is not None else \
+            f" (epoch step {epoch_step})"
 
     def _epoch(self, record: Mapping[str, Any]) -> None:
         verdict = record.get(Epoch.CONVERGING)
