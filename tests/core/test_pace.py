@@ -84,6 +84,19 @@ def test_a_slower_input_pipeline_is_named_as_the_data_time(tmp_path, clock):
            "rank 0: 10.0 ms -> 210.0 ms per step" in drop.message
 
 
+def test_one_stalled_step_among_the_slow_ones_does_not_hide_the_data_time(tmp_path, clock):
+    """Steps that wait for their batch (0.1 s -> 0.16 s, 60 ms of it data), and among them
+    one step that a loaded host stalled for 0.8 s of compute: the mean of the six slow steps
+    would say compute (167 ms of growth, 50 ms of it data); their median says data."""
+    monitor = _monitor(tmp_path, clock, data_bound_share=None)
+    _run(monitor, clock, [None] * 40)
+    steps = [(0.16, 0.07)] * 10
+    steps[1] = (0.8, 0.01)
+    [drop] = _run(monitor, clock, steps, first=41)
+    assert drop.step == 46 and drop.fields == {"cause": "data", "ranks": [0]}
+    assert "grew on rank 0: 10.0 ms -> 70.0 ms per step" in drop.message
+
+
 def test_the_baseline_is_the_steady_pace_after_the_warm_up(tmp_path, clock):
     """A run that gets slower by a little every step is judged against the pace it had, so
     the drift is found; a baseline that followed it would never fire."""

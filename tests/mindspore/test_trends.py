@@ -121,7 +121,7 @@ def test_model_fit_evaluations_then_a_slow_input_pipeline(tmp_path, graph_mode, 
     # sixth epoch's start may end the episode and a second one begin)
     drop = next(a for a in log.anomalies if a["anomaly"] == "throughput_drop")
     bound = next(a for a in log.anomalies if a["anomaly"] == "data_bound")
-    assert drop["cause"] == "data" and drop["ranks"] == [0]
+    assert drop["cause"] == "data" and drop["ranks"] == [0], log.anomalies
     # the source serves its batches a few ahead of the step (the queue of one batch, the
     # source's own connector): the slowdown reaches the step a few batches later, then half
     # the window of 10 must be slow

@@ -16,7 +16,7 @@ once per observation, by whichever of its readers sees the observation first.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ..observation import StepObservation
 from .base import is_finite
@@ -27,7 +27,7 @@ MIN_SECONDS = 0.005
 INF = float("inf")
 
 
-def _median(values: deque[float]) -> float:
+def _median(values: Iterable[float]) -> float:
     ordered = sorted(values)        # ~0.5 us for 20 floats: cheaper than statistics.median
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
@@ -105,18 +105,20 @@ class Pace:
             history.append(float(value) if is_finite(value) and value >= 0 else 0.0)
 
     def slow_steps(self, limit: float) -> tuple[float, float, list[float] | None] | None:
-        """Over the window's steps slower than ``limit`` seconds: the mean step time, the
-        mean data time, and each rank's mean data time at those steps (None on one rank);
-        None when no step is. Where the time of the slow steps went, which medians of the
-        two columns, each taken on its own, cannot say while the window is half slow."""
+        """Over the window's steps slower than ``limit`` seconds: the median step time, the
+        median data time, and each rank's median data time at those steps (None on one
+        rank); None when no step is. Where the time of the slow steps went, which medians of
+        the two columns over the whole window cannot say while the window is half slow.
+        Medians, not means: one step among them that a loaded host stalled for 0.4 s
+        (compute) would outweigh five that waited 40 ms for their batch."""
         slow = [i for i, step_s in enumerate(self._steps) if step_s > limit]
         if not slow:
             return None
         peers = None
         if len(self._peers) >= 2 and all(len(h) == len(self._steps) for h in self._peers):
-            peers = [sum(h[i] for i in slow) / len(slow) for h in self._peers]
-        return (sum(self._steps[i] for i in slow) / len(slow),
-                sum(self._data[i] for i in slow) / len(slow), peers)
+            peers = [_median(h[i] for i in slow) for h in self._peers]
+        return (_median(self._steps[i] for i in slow),
+                _median(self._data[i] for i in slow), peers)
 
     def peer_data_s(self) -> list[float] | None:
         """Each rank's median data time over the window; None until the windows are full
