@@ -2,8 +2,9 @@
 mindwatch that imports MindFormers.
 
 ``from mindwatch.mindformers import MindWatchMonitor`` imports MindFormers and registers the
-callback and the train cell with it, so YAML configs can name them (``type: MindWatchMonitor``
-in ``callbacks:``, ``type: MindWatchTrainOneStepCell`` as ``runner_wrapper``). The package
+callback and the train cells with it, so YAML configs can name them (``type: MindWatchMonitor``
+in ``callbacks:``, ``type: MindWatchTrainOneStepCell`` or ``MindWatchPipelineCell`` as
+``runner_wrapper``). The package
 itself imports MindFormers only then: ``python -m mindwatch.mindformers`` (the folder for
 ``run_mindformer.py --register_path``) stays instant.
 """
@@ -12,7 +13,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-__all__ = ["MindFormersReader", "MindWatchMonitor", "MindWatchTrainOneStepCell"]
+__all__ = ["MindFormersReader", "MindWatchMonitor", "MindWatchPipelineCell",
+           "MindWatchTrainOneStepCell"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,7 +24,9 @@ def __getattr__(name: str) -> Any:
         from .compat import INSTALL_HINT
         raise ImportError(f"mindwatch.mindformers needs MindSpore Transformers: {INSTALL_HINT}")
     from .monitor import MindWatchMonitor
+    from .pipeline_cell import MindWatchPipelineCell
     from .reader import MindFormersReader
     from .train_cell import MindWatchTrainOneStepCell
     return {"MindWatchMonitor": MindWatchMonitor, "MindFormersReader": MindFormersReader,
+            "MindWatchPipelineCell": MindWatchPipelineCell,
             "MindWatchTrainOneStepCell": MindWatchTrainOneStepCell}[name]

@@ -4,9 +4,11 @@ Tested: MindFormers 1.6.0 (MindSpore 2.7.0), 1.7.0 (2.7.1), 1.8.0 (2.7.2), 1.9.0
 2.0.0 (2.10.0), each pair with its own lock (``make test-compat``; docs/versions.md). Read
 from their sources, these are the same in all five, and mindwatch reads each through here:
 
-- ``MFTrainOneStepCell`` and ``MFPipelineWithLossScaleCell`` return ``(loss, overflow,
-  scaling_sens, learning_rate, global_norm)``, and with ``local_norm: True`` also
-  ``(local_norm, size)``; ``global_norm`` is None without ``use_clip_grad``.
+- ``MFTrainOneStepCell`` and ``MFPipelineWithLossScaleCell`` call the overflow hooks
+  mindwatch's cells extend (``train_one_step_cell``, ``pipeline_cell``) and return
+  ``(loss, overflow, scaling_sens, learning_rate, global_norm)``, and with
+  ``local_norm: True`` also ``(local_norm, size)``; ``global_norm`` is None without
+  ``use_clip_grad``.
 - ``MindFormerRegister`` with ``MindFormerModuleType.CALLBACK`` and ``WRAPPER``;
   ``tools.utils.get_output_root_path``; ``utils.tensorboard.get_tensorboard_writer``.
 - The cell keeps ``use_clip_grad``, ``use_skip_data_by_global_norm`` (a top-level YAML key)
@@ -16,13 +18,16 @@ What does differ: the Trainer hands the wrapper ``print_separate_loss`` from 1.7
 ``lr_scheduler`` / ``grouped_lr_scheduler`` from 1.8 on (a wrapper takes them through
 ``**kwargs``); from 1.9 on it prefers
 ``monitor_config.health_checkpoint.global_norm_spike_threshold`` (the old key still works);
-2.0 imports ``hyper_parallel``, which no registry serves.
+2.0 imports ``hyper_parallel``, which no registry serves. The Trainer replaces the wrapper
+type by its pipeline cell under pipeline stages and gradient accumulation in all five
+(``keep_wrapper_type``).
 
 Every accessor falls back to "unknown" rather than raising, so a release outside the table
 trains on with what works; the run log says once that it is untested.
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -84,6 +89,52 @@ def train_one_step_cell() -> type:
     ``cond`` go nowhere else (train_cell.py relies on it)."""
     from mindformers.wrapper import MFTrainOneStepCell
     return MFTrainOneStepCell
+
+
+def pipeline_cell() -> type:
+    """MindFormers' ``MFPipelineWithLossScaleCell``, which ``MindWatchPipelineCell`` extends.
+    In every tested release its construct runs the micro-batches, takes the accumulated
+    gradients, clips them with ``clip_grad_norm(grads)`` when ``use_clip_grad``, then calls
+    ``get_overflow_status(self.status, grads)`` and ``process_loss_scale(cond)``, whose result
+    gates ``self.optimizer(grads)``; its loss is ``self.network(*inputs)`` (pipeline_cell.py
+    relies on it)."""
+    from mindformers.wrapper import MFPipelineWithLossScaleCell
+    return MFPipelineWithLossScaleCell
+
+
+# The Trainer's methods that replace runner_wrapper.type by its pipeline cell (pipeline
+# stages; gradient accumulation under semi-automatic parallelism), in every tested release
+WRAPPER_RESETS = ("_reset_wrapper_for_pipeline_parallel", "_reset_wrapper_for_grad_accu")
+MINDWATCH_WRAPPERS = ("MindWatchTrainOneStepCell", "MindWatchPipelineCell")
+PIPELINE_WRAPPER = "MindWatchPipelineCell"
+
+
+def keep_wrapper_type() -> None:
+    """Where MindFormers' Trainer puts its own pipeline cell in place of the YAML's
+    ``runner_wrapper.type``, it puts ``MindWatchPipelineCell`` in place of either of
+    mindwatch's cells (its other keys, ``micro_batch_num`` among them, as MindFormers sets
+    them); any other type as before. Without this a user's protection would be gone, the
+    moment ``pipeline_stage`` or ``gradient_accumulation_steps`` passes 1. Once per process."""
+    try:
+        from mindformers.trainer.base_trainer import BaseTrainer
+    except ImportError:
+        return
+    for name in WRAPPER_RESETS:
+        original = getattr(BaseTrainer, name, None)
+        if original is None or getattr(original, "mindwatch_keeps_type", False):
+            continue
+
+        def reset(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            wrapper = getattr(self.config, "runner_wrapper", None)
+            chosen = getattr(wrapper, "type", None) if wrapper is not None else None
+            result = _original(self, *args, **kwargs)
+            if chosen in MINDWATCH_WRAPPERS:
+                self.config.runner_wrapper.type = PIPELINE_WRAPPER
+            return result
+
+        functools.update_wrapper(reset, original)
+        reset.mindwatch_keeps_type = True       # type: ignore[attr-defined]
+        setattr(BaseTrainer, name, reset)
 
 
 def register_wrapper(cls: type) -> type:

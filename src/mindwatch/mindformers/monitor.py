@@ -10,11 +10,14 @@ from ..mindspore import TrainMonitor
 from ..mindspore.cb_params import steps_per_epoch
 from ..mindspore.checkpoint import save_atomically
 from . import compat, resume
+from .pipeline_cell import MindWatchPipelineCell
 from .reader import MindFormersReader
 from .train_cell import MindWatchTrainOneStepCell
 
-# the callback's import registers the cell too, whichever entry a YAML registers first
-__all__ = ["MindWatchMonitor", "MindWatchTrainOneStepCell"]
+# the callback's import registers the cells too, whichever entry a YAML registers first, and
+# has the Trainer keep them where it would put its own pipeline cell
+__all__ = ["MindWatchMonitor", "MindWatchPipelineCell", "MindWatchTrainOneStepCell"]
+compat.keep_wrapper_type()
 
 DEFAULT_SUBDIR = "mindwatch"
 

@@ -40,8 +40,8 @@ class MindFormersReader(TrainCellReader):
         return out
 
     def protected_step(self, cell: Any) -> Any:
-        from .train_cell import MindWatchTrainOneStepCell
-        return cell if isinstance(cell, MindWatchTrainOneStepCell) else None
+        from .protected import ProtectedCell
+        return cell if isinstance(cell, ProtectedCell) else None
 
     def layer_names(self, cell: Any) -> list[str] | None:
         weights = getattr(cell, "weights", None)
@@ -63,11 +63,13 @@ class MindFormersReader(TrainCellReader):
                 "only on overflow, or with use_skip_data_by_global_norm): mindwatch watches "
                 "and can stop, but the update is in the weights and in the stop's checkpoint. "
                 "To withhold it, set `runner_wrapper: {type: MindWatchTrainOneStepCell}` in "
-                "the YAML, keeping the wrapper's other keys (docs/mindformers.md)")
+                "the YAML, keeping the wrapper's other keys (MindWatchPipelineCell under "
+                "pipeline stages or gradient accumulation, where the Trainer puts it in its "
+                "place; docs/mindformers.md)")
 
 
 def read_protected(outputs: Any, cell: Any, stats: list[float]) -> StepOutputs:
-    """What ``MindWatchTrainOneStepCell`` (``cell``) returned: mindwatch's numbers from its
+    """What one of mindwatch's MindFormers cells (``cell``) returned: mindwatch's numbers from its
     ``stats``, and MindFormers' own from its outputs (the loss scale, the per-parameter
     norms, an update MindFormers dropped itself: an overflow, or a skip by global norm)."""
     own = MindFormersReader().read(outputs, cell)

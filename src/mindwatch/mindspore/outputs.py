@@ -101,8 +101,8 @@ def from_stats(stats: list[float], verdict: StepVerdict | None, **fields: Any) -
     out = StepOutputs(loss=loss, grad_norm=grad_norm, lr_groups=stats[STAT_LR:lr_end],
                       skipped=verdict is not None and not verdict.update_applied(stats),
                       grads_finite=math.isfinite(grad_norm), **fields)
-    if lr_end is not None:        # the ranks' norms and verdict follow the LRs
-        local = _local_norms(stats[lr_end:-1], verdict.rank)  # type: ignore[union-attr]
+    if verdict is not None and verdict.rank_norms:    # the ranks' norms follow the LRs
+        local = _local_norms(stats[lr_end:-1], verdict.rank)
         out.local_grad_norms = local["local_grad_norms"]
         out.extra.update(local["extra"])
     return out

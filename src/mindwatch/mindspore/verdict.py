@@ -37,12 +37,14 @@ STAT_LOSS, STAT_GRAD_NORM, STAT_LR = 0, 1, 2     # LRs from 2 on, one per parame
 
 class StepVerdict(nn.Cell):
     """``verdict(stats, local_sq)`` -> ``(apply, stats)``. ``lr_count``: the LR entries of
-    ``stats``. With ``world`` ranks (data parallelism; 0: none) the returned ``stats`` ends
-    with every rank's squared norm of its own gradients before the reduction (``local_sq``,
-    one slot per rank, so a gradient anomaly can name the rank whose gradients caused it),
+    ``stats``. With ``world`` ranks (data parallelism, pipeline stages; 0: none) the returned
+    ``stats`` ends with every rank's squared norm of its own gradients before the reduction
+    (``local_sq``, one slot per rank, so a gradient anomaly can name the rank whose gradients
+    caused it; not with ``rank_norms=False``, where no rank holds its own gradients alone),
     then how many ranks found their step anomalous."""
 
-    def __init__(self, *, grad_explode: float, lr_count: int, world: int = 0, rank: int = 0):
+    def __init__(self, *, grad_explode: float, lr_count: int, world: int = 0, rank: int = 0,
+                 rank_norms: bool = True):
         super().__init__(auto_prefix=False)
         self.rank = rank
         self._norm_cap = bound(grad_explode)
@@ -52,11 +54,14 @@ class StepVerdict(nn.Cell):
         self.upper_bounds = ms.Parameter(ms.Tensor(np.array(self._upper, np.float32)),
                                          name=OWN_PREFIX + "step_limits", requires_grad=False)
         self.share = world > 0
-        # where the LRs end in the stats vector: the ranks' norms and verdict follow them
-        self.stats_lr_end = -(world + 1) if self.share else None
+        self.rank_norms = self.share and rank_norms
+        # what the ranks' exchange adds to the stats vector, after the LRs
+        self.shared_size = (world if self.rank_norms else 0) + 1 if self.share else 0
+        self.stats_lr_end = -self.shared_size if self.share else None
         if self.share:
             # SUM of 0/1 flags: MindSpore's CPU AllReduce has no MAX.
             self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
+        if self.rank_norms:
             self.rank_slot = ms.Tensor(np.eye(world, dtype=np.bool_)[rank])
             self.rank_zeros = ms.Tensor(np.zeros(world, np.float32))
 
@@ -67,11 +72,14 @@ class StepVerdict(nn.Cell):
         apply = ops.all(within)
         if self.share:
             past = ops.cast(ops.logical_not(ops.reshape(apply, (1,))), ms.float32)
-            # select, not a product with a one-hot vector: 0 * NaN is NaN, and this rank's
-            # NaN would fill every other rank's slot
-            mine = ops.select(self.rank_slot, ops.zeros_like(self.rank_zeros) + local_sq,
-                              self.rank_zeros)
-            shared = self.all_reduce(ops.concat((mine, past)))
+            if self.rank_norms:
+                # select, not a product with a one-hot vector: 0 * NaN is NaN, and this
+                # rank's NaN would fill every other rank's slot
+                mine = ops.select(self.rank_slot, ops.zeros_like(self.rank_zeros) + local_sq,
+                                  self.rank_zeros)
+                shared = self.all_reduce(ops.concat((mine, past)))
+            else:
+                shared = self.all_reduce(past)
             apply = ops.reshape(shared[-1:], ()) < 0.5
             stats = ops.concat((stats, shared))
         return apply, stats
