@@ -176,8 +176,10 @@ def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path):
 
 
 def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts_down(tmp_path):
+    # 100 ms of steady compute a step, 900 ms from step 13 on: found unless a loaded host
+    # made the baseline's steps three times slower than that compute
     config = mf_config(tmp_path, callbacks=[{"type": "SlowFromStep", "step": 13,
-                                             "seconds": 0.4, "base": 0.05}])
+                                             "seconds": 0.8, "base": 0.1}])
     yaml_config = yaml.safe_load(config.read_text())
     # 20 steps: a short warm-up and window; a factor far above a loaded CPU's noise
     yaml_config["callbacks"][-2].update(trend_warmup=2, pace_window=4,
@@ -185,6 +187,7 @@ def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts
     config.write_text(yaml.safe_dump(yaml_config))
     run_launcher(tmp_path, config)
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
+    assert len(log.anomalies) == 1, [(s["step"], s["step_time_s"]) for s in log.steps]
     [drop] = log.anomalies
     # 2 of the window's 4 steps slow (3 when a loaded host slowed the baseline's steps too)
     assert drop["anomaly"] == "throughput_drop" and drop["step"] in (14, 15)

@@ -68,8 +68,12 @@ class Replays:
             Replay.REPLAY_GRAD_NORM: outcome.grad_norm, Replay.HEALTHY: outcome.healthy})
         numbers = (f"loss {fmt.number(first_loss)} then {fmt.number(outcome.loss)}, gradient "
                    f"norm {fmt.number(first_norm)} then {fmt.number(outcome.grad_norm)}")
-        where = f"step {obs.step - self._epoch_first_step + 1} of epoch {obs.epoch}" \
-            if obs.epoch is not None else f"step {obs.step}"
+        # the framework's own step within the epoch where it gives one (a resumed
+        # MindFormers run starts counting mid-epoch), else counted from the epoch's start
+        epoch_step = obs.epoch_step if obs.epoch_step is not None else \
+            obs.step - self._epoch_first_step + 1
+        where = f"step {epoch_step} of epoch {obs.epoch}" if obs.epoch is not None \
+            else f"step {obs.step}"
         if reproduced:
             note = (f"; computed again on the same batch and weights it came out "
                     f"bit-identical: the batch ({where}) or the model's state is the cause, "

@@ -28,16 +28,7 @@ class MindFormersReader(TrainCellReader):
         self.resume_points: dict[str, ResumePoint] = {}
 
     def read(self, outputs: Any, cell: Any) -> StepOutputs:
-        out = read_outputs(outputs)
-        if not compat.outputs_of_train_cell(outputs):
-            return out
-        if not out.skipped and compat.cell_setting(cell, compat.SKIP_BY_GLOBAL_NORM, False):
-            out.skipped = not _below(out.grad_norm, compat.cell_setting(
-                cell, compat.SPIKE_THRESHOLD, compat.DEFAULT_SPIKE_THRESHOLD))
-        norms = compat.local_norms(outputs)
-        if norms is not None:
-            out.param_sq_norms = np.asarray(norms.asnumpy(), np.float64).reshape(-1)
-        return out
+        return read_mindformers(outputs, cell)
 
     def protected_step(self, cell: Any) -> Any:
         from .protected import ProtectedCell
@@ -68,11 +59,25 @@ class MindFormersReader(TrainCellReader):
                 "place; docs/mindformers.md)")
 
 
+def read_mindformers(outputs: Any, cell: Any) -> StepOutputs:
+    """What a MindFormers train cell returned, and whether it dropped the update itself."""
+    out = read_outputs(outputs)
+    if not compat.outputs_of_train_cell(outputs):
+        return out
+    if not out.skipped and compat.cell_setting(cell, compat.SKIP_BY_GLOBAL_NORM, False):
+        out.skipped = not _below(out.grad_norm, compat.cell_setting(
+            cell, compat.SPIKE_THRESHOLD, compat.DEFAULT_SPIKE_THRESHOLD))
+    norms = compat.local_norms(outputs)
+    if norms is not None:
+        out.param_sq_norms = np.asarray(norms.asnumpy(), np.float64).reshape(-1)
+    return out
+
+
 def read_protected(outputs: Any, cell: Any, stats: list[float]) -> StepOutputs:
     """What one of mindwatch's MindFormers cells (``cell``) returned: mindwatch's numbers from its
     ``stats``, and MindFormers' own from its outputs (the loss scale, the per-parameter
     norms, an update MindFormers dropped itself: an overflow, or a skip by global norm)."""
-    own = MindFormersReader().read(outputs, cell)
+    own = read_mindformers(outputs, cell)
     out = from_stats(stats, cell.verdict, param_sq_norms=own.param_sq_norms)
     out.skipped = out.skipped or own.skipped
     out.extra.update(own.extra)

@@ -40,6 +40,18 @@ def test_identical_names_the_batch_in_its_epoch():
     assert fields["anomaly"] == "loss_nonfinite" and math.isnan(fields["replay_loss"])
 
 
+def test_the_frameworks_own_epoch_step_names_the_batch():
+    """A resumed MindFormers run starts mid-epoch: its first step is step 2 of epoch 1, as
+    the observation says, not the first of the epoch."""
+    replays, _, _ = _replays(ReplayOutcome(loss=math.nan, grad_norm=1.5, healthy=False))
+    obs = StepObservation.from_arguments(
+        step=2, epoch=1, epoch_step=2, steps_per_epoch=20, loss=math.nan, lr=1e-3,
+        grad_norm=1.5, grads_finite=None, lr_groups=None, skipped=True, steps=1,
+        layer_grad_norms=None, extra=None)
+    [found] = replays.review(obs, _found(2))
+    assert "the batch (step 2 of epoch 1)" in found.message
+
+
 def test_healthy_is_a_transient_fault_naming_rank_host_and_device():
     replays, emitted, _ = _replays(ReplayOutcome(loss=0.5, grad_norm=1.25, healthy=True))
     found = replays.review(_obs(7), _found(7))
