@@ -13,7 +13,7 @@ its optimizer branch; and mindwatch's verdict, shared over the ranks by its AllR
 
 ``CPUPipelineCell`` is MindFormers' cell with a CPU overflow check, as the Trainer tests'
 launcher has one. Each scenario (``name``, ``cell``, ``fault``, ``fault_rank``, ``dynamic``,
-``settings``, ``micro``: gradient accumulation steps) trains STEPS steps of a small
+``settings``, ``micro``: gradient accumulation steps, ``local_norm``) trains STEPS steps of a small
 regressor, the fault at FAULT_STEP, and writes ``OUT/<name>/rank_<R>.json``: per step the
 cell's loss, overflow, loss scale and global_norm outputs, the optimizer's global_step, and
 a digest of the weights and moments.
@@ -126,7 +126,9 @@ def run(out, scenario, rank):
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode="semi_auto_parallel", device_num=get_group_size(),
                                  enable_parallel_optimizer=True)
-    net = nn.SequentialCell(nn.Dense(4, 16), nn.ReLU(), nn.Dense(16, 1))
+    net = FaultyMSE(nn.SequentialCell(nn.Dense(4, 16), nn.ReLU(), nn.Dense(16, 1)))
+    # built after the network, as the Trainer builds it: the moments' names follow the
+    # weights' (net.0.weight -> adam_m.net.0.weight)
     optimizer = nn.AdamWeightDecay(net.trainable_params(),
                                    JumpLR(scenario["fault"] == "lr"))
     scale = ({"type": "DynamicLossScaleUpdateCell", "loss_scale_value": 1024.0,
@@ -134,9 +136,10 @@ def run(out, scenario, rank):
     # gradient accumulation as the Trainer sets it up: MindSpore's GradAccumulationCell
     # around the network, micro_batch_num = gradient_accumulation_steps in the wrapper
     micro = scenario.get("micro", 1)
-    network = FaultyMSE(net) if micro == 1 else GradAccumulationCell(FaultyMSE(net), micro)
+    network = net if micro == 1 else GradAccumulationCell(net, micro)
     wrapper = {"type": scenario["cell"], "scale_sense": scale, "use_clip_grad": True,
-               "max_grad_norm": 1.0, "micro_batch_num": micro}
+               "max_grad_norm": 1.0, "micro_batch_num": micro,
+               "local_norm": scenario.get("local_norm", False)}
     cell = build_wrapper(wrapper, default_args={"network": network, "optimizer": optimizer})
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode="stand_alone", enable_parallel_optimizer=True)

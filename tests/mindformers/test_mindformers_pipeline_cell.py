@@ -20,8 +20,10 @@ FAULT = 36                                  # pipeline_worker.FAULT_STEP
 SKIP = {"on_anomaly": "skip"}
 OURS, THEIRS = "MindWatchPipelineCell", "CPUPipelineCell"
 SCENARIOS = [
-    {"name": "theirs", "cell": THEIRS, "fault": None, "dynamic": False},
-    {"name": "ours", "cell": OURS, "fault": None, "dynamic": False},
+    {"name": "theirs", "cell": THEIRS, "fault": None, "dynamic": False, "local_norm": True},
+    # state records every 10 steps, MindFormers' per-parameter norms on (local_norm)
+    {"name": "ours", "cell": OURS, "fault": None, "dynamic": False, "local_norm": True,
+     "settings": {"state_interval": 10}},
     # a NaN in one batch of rank 1 only: the verdict is shared, both ranks withhold
     {"name": "nan_rank_1", "cell": OURS, "fault": "nan", "fault_rank": 1, "dynamic": False},
     {"name": "inf_loss", "cell": OURS, "fault": "inf_loss", "dynamic": False, "settings": SKIP},
@@ -85,6 +87,19 @@ def test_a_healthy_run_is_the_one_mindformers_cell_trains(runs):
         assert log.ranks[rank].anomalies == []
     notices = [n["message"] for n in log.ranks[0].of_kind("notice")]
     assert not any("applies the updates" in n for n in notices)
+
+
+def test_state_records_hold_the_update(runs):
+    for log in read_run(str(runs / "ours" / "mw")).ranks:
+        states = log.of_kind("state")
+        assert [s["step"] for s in states] == [10, 20, 30, 40]
+        for state in states:
+            assert 0 < state["update_norm"] < 0.5 * state["weight_norm"]
+            assert sorted(state["layers"]) == ["net.0", "net.2"]       # the two Dense layers
+            for entry in state["layers"].values():
+                assert entry["update_ratio"] == pytest.approx(
+                    entry["update_norm"] / entry["weight_norm"], rel=1e-9)
+                assert entry["grad_norm"] > 0 and entry["m_norm"] > 0 and entry["v_norm"] > 0
 
 
 def test_nan_on_one_rank_is_withheld_on_both(runs):
