@@ -13,7 +13,8 @@ its optimizer branch; and mindwatch's verdict, shared over the ranks by its AllR
 
 ``CPUPipelineCell`` is MindFormers' cell with a CPU overflow check, as the Trainer tests'
 launcher has one. Each scenario (``name``, ``cell``, ``fault``, ``fault_rank``, ``dynamic``,
-``settings``, ``micro``: gradient accumulation steps, ``local_norm``) trains STEPS steps of a small
+``settings``, ``micro``: gradient accumulation steps, ``local_norm``, ``monitor``: also
+beside MindFormers' cell) trains STEPS steps of a small
 regressor, the fault at FAULT_STEP, and writes ``OUT/<name>/rank_<R>.json``: per step the
 cell's loss, overflow, loss scale and global_norm outputs, the optimizer's global_step, and
 a digest of the weights and moments.
@@ -150,7 +151,7 @@ def run(out, scenario, rank):
     record = Record(cell, optimizer)
     callbacks = [record]
     where = os.path.join(out, scenario["name"])
-    if scenario["cell"].startswith("MindWatch"):
+    if scenario["cell"].startswith("MindWatch") or scenario.get("monitor"):
         callbacks.append(MindWatchMonitor(os.path.join(where, "mw"), hardware_interval_s=None,
                                           print_interval=100, **scenario.get("settings", {})))
     Model(cell).train(1, data, callbacks=callbacks, dataset_sink_mode=False)

@@ -2,13 +2,16 @@
 gradient accumulation: built as the Trainer builds it (build_wrapper, semi-automatic
 parallelism) on two msrun ranks, trained in stand-alone mode (the CPU compiles no
 semi-automatic parallel graph: pipeline_worker.py says how), against MindFormers' own
-pipeline cell; and the Trainer keeping mindwatch's cell where it puts its own."""
+pipeline cell; and the Trainer keeping mindwatch's cell where it puts its own, which under the
+YAML route takes mindwatch_launch.py."""
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from mf_config import MINDWATCH_CELL, REGISTER_PATH, data_parallel, mf_config
 
 from mindwatch.runlog import read_run
 from msrun_env import free_port, msrun_environment
@@ -29,7 +32,9 @@ SCENARIOS = [
     {"name": "inf_loss", "cell": OURS, "fault": "inf_loss", "dynamic": False, "settings": SKIP},
     # finite gradients, 1e4 times too large, under a dynamic loss scale: no overflow
     {"name": "explode", "cell": OURS, "fault": "explode", "dynamic": True, "settings": SKIP},
-    {"name": "explode_theirs", "cell": THEIRS, "fault": "explode", "dynamic": True},
+    # MindFormers' cell watched by MindWatchMonitor: found, applied, and said so
+    {"name": "explode_theirs", "cell": THEIRS, "fault": "explode", "dynamic": True,
+     "monitor": True, "settings": SKIP},
     {"name": "lr", "cell": OURS, "fault": "lr", "dynamic": False, "settings": SKIP},
     # a loss 1e4 times the run's (its gradients within grad_explode: the loss decides); the
     # window still holds the first steps' fall from 10 to 0.05, hence a z of 4
@@ -172,6 +177,21 @@ def test_a_withheld_update_is_no_overflow_for_the_loss_scale(runs):
             == {1024.0}
 
 
+def test_the_monitor_beside_mindformers_pipeline_cell_says_so(runs):
+    """The explosion under MindFormers' pipeline cell: found, applied (the cell's overflow
+    check sees finite gradients), and the monitor says at the start that it cannot withhold
+    and how to have mindwatch's cell there."""
+    for log in read_run(str(runs / "explode_theirs" / "mw")).ranks:
+        assert log.run["wrapped"] is False
+        assert ("gradient_explode", FAULT) in {(a["anomaly"], a["step"]) for a in log.anomalies}
+        # said once at the start (the skip of step 36 repeats it inside its own notice)
+        [notice] = [n["message"] for n in log.of_kind("notice")
+                    if n["message"].startswith("CPUPipelineCell applies the updates")]
+        assert notice == log.of_kind("notice")[0]["message"]
+        assert "mindwatch_launch.py\" run_mindformer.py" in notice
+        assert "runner_wrapper: {type: MindWatchTrainOneStepCell}" in notice
+
+
 def test_the_trainer_keeps_mindwatchs_cell_where_it_puts_its_pipeline_cell():
     """MindFormers' own methods, on a Trainer's config: under pipeline stages and gradient
     accumulation either of mindwatch's cells becomes MindWatchPipelineCell (micro_batch_num
@@ -199,3 +219,59 @@ def test_the_trainer_keeps_mindwatchs_cell_where_it_puts_its_pipeline_cell():
             assert wrapper.type == "MindWatchPipelineCell" and wrapper.use_clip_grad is True
             assert wrapper.micro_batch_num == (args[0] if args else 4)
         assert reset("MFTrainOneStepCell", method, *args).type == "MFPipelineWithLossScaleCell"
+
+
+LAUNCH = Path(REGISTER_PATH) / "mindwatch_launch.py"
+# what a user's environment has and the tests' does not: hyper_parallel, before anything
+# imports MindFormers (mindwatch_launch.py imports it first)
+STANDIN_THEN = f"""
+import runpy, sys
+sys.path.insert(0, {str(HERE)!r})
+import hyper_parallel_standin
+hyper_parallel_standin.install()
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+# alone: MindFormers' own order, the same in every release; make test only (CI's minutes)
+@pytest.mark.parametrize("through_launch", [
+    True, pytest.param(False, marks=pytest.mark.default_pair)], ids=["mindwatch_launch", "alone"])
+def test_gradient_accumulation_under_the_yaml_route_needs_mindwatch_launch(tmp_path,
+                                                                        through_launch):
+    """The YAML alone (auto_register) under gradient accumulation in semi-automatic
+    parallelism: the Trainer puts its pipeline cell in place of mindwatch's when it is
+    constructed, before auto_register imports mindwatch. Started through mindwatch_launch.py,
+    the Trainer keeps mindwatch's (MindWatchPipelineCell), which the monitor adopts; alone,
+    MindFormers' cell. Two msrun ranks; the CPU then refuses to compile the semi-automatic
+    parallel graph, once the monitor has started."""
+    config = data_parallel(mf_config(tmp_path, cell=MINDWATCH_CELL))
+    settings = yaml.safe_load(config.read_text())
+    settings["parallel"]["parallel_mode"] = 1                       # semi_auto_parallel
+    settings["runner_config"]["gradient_accumulation_steps"] = 2
+    config.write_text(yaml.safe_dump(settings))
+    shim = tmp_path / "standin_then.py"
+    shim.write_text(STANDIN_THEN)
+    script = [str(LAUNCH)] if through_launch else []
+    logs = tmp_path / "msrun_logs"
+    result = subprocess.run(
+        [sys.executable, "-m", "mindspore.parallel.cluster.run", "--worker_num=2",
+         "--local_worker_num=2", f"--master_port={free_port()}", f"--log_dir={logs}",
+         "--join=True", str(shim), *script, str(HERE / "mf_launcher.py"), str(config)],
+        cwd=tmp_path, env=msrun_environment(REGISTER_PATH=REGISTER_PATH),
+        capture_output=True, text=True, timeout=280)
+    worker = (logs / "worker_0.log").read_text(errors="replace")
+    assert result.returncode != 0 and "Invalid backend: CPU" in worker, worker[-3000:]
+    for log in read_run(str(tmp_path / "mw")).ranks:
+        assert log.run["argv"][0] == str(HERE / "mf_launcher.py")   # the script's own argv
+        assert log.run["wrapped"] is through_launch
+    # (alone, the monitor's notice of it comes after its start, which on the CPU meets the
+    # semi-automatic graph first: test_the_monitor_beside_mindformers_pipeline_cell_says_so)
+
+
+def test_mindwatch_launch_without_a_script_says_how_to_use_it():
+    result = subprocess.run([sys.executable, str(LAUNCH), "no_such_script.py"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "usage: python mindwatch_launch.py run_mindformer.py" in result.stderr
+    assert "no such file: no_such_script.py" in result.stderr

@@ -49,14 +49,23 @@ class MindFormersReader(TrainCellReader):
                 "it); set it to have mindwatch check the norm")
 
     def unprotected(self, cell: Any) -> str:
-        return (f"{type(cell).__name__ if cell is not None else 'the train cell'} applies "
+        said = (f"{type(cell).__name__ if cell is not None else 'the train cell'} applies "
                 "the updates mindwatch finds anomalous (MindFormers' own cell withholds one "
                 "only on overflow, or with use_skip_data_by_global_norm): mindwatch watches "
-                "and can stop, but the update is in the weights and in the stop's checkpoint. "
-                "To withhold it, set `runner_wrapper: {type: MindWatchTrainOneStepCell}` in "
-                "the YAML, keeping the wrapper's other keys (MindWatchPipelineCell under "
-                "pipeline stages or gradient accumulation, where the Trainer puts it in its "
-                "place; docs/mindformers.md)")
+                "and can stop, but the update is in the weights and in the stop's checkpoint. ")
+        if cell is not None and isinstance(cell, compat.pipeline_cell()):
+            return said + (
+                "MindFormers' Trainer puts its pipeline cell in place of runner_wrapper.type "
+                "under pipeline stages and gradient accumulation when it is constructed, before "
+                "the YAML's auto_register entries import mindwatch. To withhold the update, "
+                "keep `runner_wrapper: {type: MindWatchTrainOneStepCell}` in the YAML and "
+                "start the launcher through mindwatch's: `python \"$(python -m "
+                "mindwatch.mindformers | tail -n 1)/mindwatch_launch.py\" run_mindformer.py "
+                "...` (with msrun, that file before run_mindformer.py), or import "
+                "mindwatch.mindformers before the Trainer is built; MindWatchPipelineCell then "
+                "takes the Trainer's pipeline cell's place (docs/mindformers.md)")
+        return said + ("To withhold it, set `runner_wrapper: {type: MindWatchTrainOneStepCell}` "
+                       "in the YAML, keeping the wrapper's other keys (docs/mindformers.md)")
 
 
 def read_mindformers(outputs: Any, cell: Any) -> StepOutputs:
