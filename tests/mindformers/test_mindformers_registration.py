@@ -48,3 +48,26 @@ def test_the_register_path_command_prints_one_line_and_imports_no_mindformers():
                 if line.startswith("import time:")}
     assert "mindwatch.mindformers" in {name.strip() for name in imported}
     assert not {name for name in imported if name.split(".")[0] in ("mindformers", "mindspore")}
+
+
+AFTER_A_FAILED_IMPORT = f"""
+import importlib.util, sys
+# MindFormers 2.0 without hyper_parallel: importing the package fails inside MindFormers
+# (1.6 to 1.9 need no hyper_parallel: there it simply works)
+import mindwatch.mindformers.compat
+sys.path.insert(0, {str(HERE)!r})
+import hyper_parallel_standin
+hyper_parallel_standin.install()
+from mindformers.trainer.base_trainer import BaseTrainer
+from mindwatch.mindformers import MindWatchMonitor
+print("kept", BaseTrainer._reset_wrapper_for_grad_accu.__dict__.get("mindwatch_keeps_type"))
+"""
+
+
+def test_a_failed_import_of_mindformers_leaves_nothing_half_imported():
+    """Where MindFormers does not import, the package imports all the same and leaves no
+    half-imported MindFormers behind, so that MindFormers imports later in the process."""
+    result = subprocess.run([sys.executable, "-c", AFTER_A_FAILED_IMPORT],
+                            capture_output=True, text=True, timeout=100)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "kept True" in result.stdout.splitlines()

@@ -44,11 +44,17 @@ def _register() -> None:
     # package, sys.argv[0] is "-m" (Python's documented placeholder).
     if sys.argv[:1] == ["-m"] or importlib.util.find_spec("mindformers") is None:
         return
+    before = set(sys.modules)
     try:
         _names()
     except ImportError as exc:
         if (exc.name or "").startswith("mindwatch"):
             raise
+        # no half-imported MindFormers left behind: a later import (once what it lacked is
+        # there) would find its packages without the names their __init__ never reached
+        for name in set(sys.modules) - before:
+            if name == "mindformers" or name.startswith("mindformers."):
+                del sys.modules[name]
 
 
 _register()
