@@ -247,7 +247,9 @@ def test_gradient_accumulation_under_the_yaml_route_needs_mindwatch_launch(tmp_p
     parallel graph, once the monitor has started."""
     config = data_parallel(mf_config(tmp_path, cell=MINDWATCH_CELL))
     settings = yaml.safe_load(config.read_text())
-    settings["parallel"]["parallel_mode"] = 1                       # semi_auto_parallel
+    # semi_auto_parallel over the whole batch, as MindFormers' shipped configs set it (1.6 to
+    # 1.8 refuse full_batch: False there without a dataset_strategy)
+    settings["parallel"].update(parallel_mode=1, full_batch=True)
     settings["runner_config"]["gradient_accumulation_steps"] = 2
     config.write_text(yaml.safe_dump(settings))
     shim = tmp_path / "standin_then.py"
