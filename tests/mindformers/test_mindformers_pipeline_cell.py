@@ -262,9 +262,14 @@ def test_gradient_accumulation_under_the_yaml_route_needs_mindwatch_launch(tmp_p
          "--join=True", str(shim), *script, str(HERE / "mf_launcher.py"), str(config)],
         cwd=tmp_path, env=msrun_environment(REGISTER_PATH=REGISTER_PATH),
         capture_output=True, text=True, timeout=280)
-    worker = (logs / "worker_0.log").read_text(errors="replace")
-    assert result.returncode != 0 and "Invalid backend: CPU" in worker, worker[-3000:]
-    for log in read_run(str(tmp_path / "mw")).ranks:
+    workers = [(logs / f"worker_{rank}.log").read_text(errors="replace") for rank in (0, 1)]
+    # the rank that first meets the CPU's refusal ends the job: on a loaded host the other
+    # may still be joining the cluster then, and time out before its monitor starts
+    assert result.returncode != 0 and any("Invalid backend: CPU" in w for w in workers), \
+        "\n".join(w[-3000:] for w in workers)
+    ranks = read_run(str(tmp_path / "mw")).ranks
+    assert ranks
+    for log in ranks:
         assert log.run["argv"][0] == str(HERE / "mf_launcher.py")   # the script's own argv
         assert log.run["wrapped"] is through_launch
     # (alone, the monitor's notice of it comes after its start, which on the CPU meets the
