@@ -125,10 +125,3 @@ class MindWatchPipelineCell(ProtectedCell, compat.pipeline_cell()):  # type: ign
         cond, apply = overflow
         overflow = super().process_loss_scale(cond)
         return ops.logical_or(overflow, ops.logical_not(apply))
-
-    # -- the host's side ---------------------------------------------------------------
-    def __call__(self, *inputs):
-        return self.mindwatch_call(super().__call__, inputs)
-
-    def replay(self, run=None) -> Any:
-        return self.mindwatch_replay(super().__call__)

@@ -10,8 +10,10 @@ and the stats written to a Parameter the callback reads after the step. What is 
 host's side, as ``MonitoredTrainStep`` has it (the callback reads both alike): the monitor's
 adoption, state steps, ``replay``, the step's outputs.
 
-No ``super()`` in the graph's methods here: this class is no Cell, and MindSpore's parser
-resolves a ``super()`` in a graph from the Cell's own class.
+No ``super()`` in the graph's methods here (each cell keeps its own ``process_loss_scale``):
+this class is no Cell, and MindSpore's parser resolves a ``super()`` in a graph from the
+Cell's own class. The host's methods (``__call__``, ``replay``) are plain Python, where
+``super()`` is MindFormers' cell, next in the method order.
 """
 from __future__ import annotations
 
@@ -109,13 +111,14 @@ class ProtectedCell:
         object.__setattr__(self, "_adopted", True)
         self.mindwatch_verdict.set_grad_explode(grad_explode)
 
-    def mindwatch_call(self, call, inputs):
-        """The cell's ``__call__`` (MindFormers' ``call``) on ``inputs``, with a state step's
-        host copies around it when one is due."""
+    def __call__(self, *inputs):
+        """MindFormers' cell's ``__call__`` (next in the cell's method order) on ``inputs``,
+        with a state step's host copies around it when one is due."""
+        call = super().__call__        # type: ignore[misc]
         object.__setattr__(self, "last_inputs", inputs)     # references, for replay
         if not self._adopted and not self._said_alone:
             object.__setattr__(self, "_said_alone", True)
-            warnings.warn(without_monitor(type(self).__name__), stacklevel=3)
+            warnings.warn(without_monitor(type(self).__name__), stacklevel=2)
         if not self.state_due:
             return call(*inputs)
         self.state_due = False                  # one state step per request
@@ -151,10 +154,11 @@ class ProtectedCell:
     def recording(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
-    def mindwatch_replay(self, call) -> Any:
-        """The last step once more on its inputs (``call``: MindFormers' ``__call__``), its
-        update withheld whatever it finds; the loss scale's Parameters are put back
-        afterwards (a replay is no step of the loss scale's). None before a first step."""
+    def replay(self, run=None) -> Any:
+        """The last step once more on its inputs (MindFormers' ``__call__``), its update
+        withheld whatever it finds; the loss scale's Parameters are put back afterwards (a
+        replay is no step of the loss scale's). None before a first step."""
+        call = super().__call__        # type: ignore[misc]
         if self.last_inputs is None:
             return None
         kept = [(p, p.asnumpy().copy()) for p in self._loss_scale_state()]

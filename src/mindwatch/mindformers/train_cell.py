@@ -31,8 +31,6 @@ The host's side (the monitor's adoption, state steps, ``replay``) is protected.p
 """
 from __future__ import annotations
 
-from typing import Any
-
 import mindspore as ms
 from mindspore import nn, ops
 
@@ -95,10 +93,3 @@ class MindWatchTrainOneStepCell(ProtectedCell,
         cond, apply = overflow
         overflow = super().process_loss_scale(cond)
         return ops.logical_or(overflow, ops.logical_not(apply))
-
-    # -- the host's side ---------------------------------------------------------------
-    def __call__(self, *inputs):
-        return self.mindwatch_call(super().__call__, inputs)
-
-    def replay(self, run=None) -> Any:
-        return self.mindwatch_replay(super().__call__)
