@@ -26,12 +26,10 @@ can be compared on the same run log. Scenarios inject a fault at step FAULT_STEP
     data_bound      the input pipeline slows from the fault's batch on: a dataset map waits 3x
                     the run's median step time (at least 20 ms) per batch, so the devices
                     wait for it
-    memory_growth   4 MB of host memory kept every step from the fault on (a leak); every
-                    step of this scenario lasts at least MEMORY_STEP_S, so that the leak is
-                    seen in real time by the hardware sampler
+    memory_growth   not a run of this table: leak_grid.py, at the default settings (real
+                    runs of minutes, healthy and leaking 10 GB/min, and a grid of leak rates
+                    from 10 GB/min to 1 GB/day, each found against the time it leaves)
 
-Every run samples the hardware every HARDWARE_INTERVAL_S and judges memory over the last
-MEMORY_WINDOW_S (memory_growth_window_s): the benchmark's runs last seconds, not hours.
 State records every STATE_INTERVAL steps (the update_ratio rule reads them; the LM's runs
 watch every block's attention logits, for the attention_logit rule). For layer_lr_50x and
 query_scale the benchmark also prints how many steps ahead of the loss's divergence (the
@@ -54,7 +52,6 @@ from __future__ import annotations
 import argparse
 import io
 import math
-import mmap
 import statistics
 import sys
 import tempfile
@@ -76,7 +73,7 @@ FAULT_STEP = 100
 HORIZON = 80          # slow divergence needs ~40 steps to show in the loss
 SCENARIOS = ("healthy", "lr_spike", "nan_batch", "poisoned_batch", "slow_divergence",
              "vanishing", "layer_lr_50x", "query_scale", "one_shot_fault", "throughput_drop",
-             "data_bound", "memory_growth")
+             "data_bound")
 AHEAD = ("layer_lr_50x", "query_scale")     # scenarios whose lead on the loss is printed
 INSIDE = ("update_ratio", "attention_logit")  # the rules that read state records
 STATE_INTERVAL = 10
@@ -84,8 +81,6 @@ FAST_LAYER = {"tinygpt": "blocks.1.mlp.", "mlp": "body.2."}
 LAYER_LR_FACTOR = 50.0
 QUERY_LAYER, QUERY_GROWTH = "blocks.0.attn.qkv.", 1.1
 ATTENTION_LOGITS = {"tinygpt": ["blocks.*.attn.scores"], "mlp": None}
-HARDWARE_INTERVAL_S, MEMORY_WINDOW_S = 0.02, 1.0
-MEMORY_STEP_S, LEAK_BYTES = 0.02, 4 * 2**20
 PACE_STEPS = range(10, 51)          # the steps whose median sets the slowdowns' size
 
 
@@ -123,14 +118,6 @@ class SlowBatches:
         return column
 
 
-def leak(size):
-    """``size`` bytes of new, touched (resident) memory: an anonymous mapping of its own, so
-    the allocator cannot hand back memory an earlier run freed (which is resident already)."""
-    block = mmap.mmap(-1, size)
-    block.write(b"\1" * size)
-    return block
-
-
 class Knobs(Callback):
     """Sets the injection knobs before each step (cur_step_num is the step about to run).
     Before the monitor in the callback list: what it does in ``on_train_step_end`` is inside
@@ -145,7 +132,6 @@ class Knobs(Callback):
         self.durations, self.began = [], None
         self.slow_compute_s = 0.01
         SLOW_DATA.update(scenario=scenario, seconds=0.02)
-        self.leaked = []
 
     def on_train_step_end(self, run_context):
         step = run_context.original_args().cur_step_num
@@ -157,10 +143,6 @@ class Knobs(Callback):
                 SLOW_DATA["seconds"] = max(3 * pace, 0.02)
         if self.scenario == "throughput_drop" and step >= FAULT_STEP:
             time.sleep(self.slow_compute_s)
-        if self.scenario == "memory_growth":
-            if step >= FAULT_STEP:
-                self.leaked.append(leak(LEAK_BYTES))
-            time.sleep(max(MEMORY_STEP_S - (time.perf_counter() - self.began), 0.0))
 
     def on_train_step_begin(self, run_context):
         self.began = time.perf_counter()
@@ -274,9 +256,7 @@ def run_one(arch, scenario, seed, steps, workdir, policy="warn", **settings):
     optimizer, layer_schedule = with_layer_group(optimizer, schedule, FAST_LAYER[arch])
     run_dir = tempfile.mkdtemp(dir=workdir)
     monitor = TrainMonitor(run_dir, on_anomaly=policy, stream=io.StringIO(),
-                           **{"state_interval": STATE_INTERVAL,
-                              "hardware_interval_s": HARDWARE_INTERVAL_S,
-                              "memory_growth_window_s": MEMORY_WINDOW_S, **settings})
+                           **{"state_interval": STATE_INTERVAL, **settings})
     one_shot = OneShotFault(loss)
     model = ms.train.Model(monitor.wrap(one_shot, optimizer,
                                         attention_logits=ATTENTION_LOGITS[arch]))
@@ -345,6 +325,10 @@ def main(argv=None) -> int:
     verdicts = defaultdict(lambda: defaultdict(int))    # (arch, scenario) -> verdict -> n
     ahead = []  # AHEAD: (arch, scenario, seed, first alarm, its kind, divergence, step rules')
     chosen = None if args.only is None else {"healthy", *args.only.split(",")}
+    leaks = chosen is None or "memory_growth" in chosen
+    if chosen == {"healthy", "memory_growth"}:           # the leak grid alone
+        from leak_grid import main as leak_grid
+        return leak_grid([])
     for arch in ARCHITECTURES:
         for scenario in scenarios(arch):
             if chosen is not None and scenario not in chosen:
@@ -409,6 +393,10 @@ def main(argv=None) -> int:
         print(f"  {arch:8s} {scenario:13s} seed {seed}: first alarm step {alarm} ({kind}), "
               f"loss diverges at step {diverged}: {lead}; first step-record rule's alarm: "
               f"step {outside}")
+    if leaks:
+        from leak_grid import main as leak_grid
+        print("\nmemory_growth (leak_grid.py)")
+        leak_grid([])
     return 0
 
 

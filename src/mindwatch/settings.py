@@ -149,13 +149,16 @@ class MonitorSettings:
         0.5, "`data_bound` when the median time outside the train step (`data_time_s`: the "
         "input pipeline, other callbacks) is above this share of the median step time. In "
         "(0, 1]. None: off.", "fraction")
-    memory_growth_window_s: float = setting(
-        600.0, "`memory_growth` judges each memory (this process's host RSS, each device's used "
-        "memory) over the hardware samples of the last this many seconds: a robust slope, and "
-        "a rise quarter after quarter (one jump is no trend).", "s")
+    memory_growth_window_s: float | None = setting(
+        30.0, "`memory_growth` judges each memory (this process's host RSS, each device's used "
+        "memory) over windows of the hardware samples from this long, doubling up to 128 "
+        "days: a robust slope, and a rise quarter after quarter (one jump is no trend). A "
+        "steady rise over a window is flagged when at its rate the memory runs out within 4x "
+        "that window, so a leak is found while more than half of its time remains, at any "
+        "rate. None: off.", "s")
     memory_growth_horizon_s: float | None = setting(
-        3600.0, "`memory_growth` when memory rising steadily would run out within this long at "
-        "its current rate (`projected_exhaustion_s` in the record). None: off.", "s")
+        None, "`memory_growth` leaves out a rise that would take longer than this to run out "
+        "(`projected_exhaustion_s` in the record). None: none is left out.", "s")
     total_steps: int | None = setting(
         None, "The run's last step, for `eta_s` in step records (and the console, `watch` and "
         "`summary`). None: `Model.train`'s epochs x dataset size; a custom loop's "
@@ -399,7 +402,7 @@ def _check_trends(settings: MonitorSettings) -> None:
     check_number("data_bound_share", settings.data_bound_share, low=0.0, low_open=True,
                  high=1.0, optional=True)
     check_number("memory_growth_window_s", settings.memory_growth_window_s, low=0.0,
-                 low_open=True, high=MAX_INTERVAL_S)
+                 low_open=True, high=MAX_INTERVAL_S, optional=True)
     check_number("memory_growth_horizon_s", settings.memory_growth_horizon_s, low=0.0,
                  low_open=True, optional=True)
     check_int("total_steps", settings.total_steps, minimum=1, maximum=MAX_COUNT, optional=True)

@@ -44,7 +44,7 @@ def lr(value: float | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """Human duration: 45.2 ms, 3.10 s, 2m05s, 1h02m."""
+    """Human duration: 45.2 ms, 3.10 s, 2m05s, 1h02m, 5d16h."""
     if seconds is None or not math.isfinite(seconds):
         return MISSING
     if seconds < 1.0:
@@ -55,7 +55,21 @@ def duration(seconds: float | None) -> str:
     if minutes < 60:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours + (minutes >= 30), 24)
+    return f"{days}d{hours:02d}h"
+
+
+def memory_rate(per_s: float, unit: str) -> str:
+    """A rate of memory in ``unit`` ("GB" or device "MB") per second, in the unit and period
+    that read best: "9.6 GB/min", "1.02 GB/day", "250 MB/h"."""
+    if unit == "MB" and abs(per_s) * 3600 >= MB_PER_DEVICE_GB:
+        per_s, unit = per_s / MB_PER_DEVICE_GB, "GB"
+    for seconds, period in ((1, "s"), (60, "min"), (3600, "h")):
+        if abs(per_s) * seconds >= 1:
+            return f"{per_s * seconds:.3g} {unit}/{period}"
+    return f"{per_s * 86400:.3g} {unit}/day"
 
 
 def rate(per_s: float | None, unit: str = "samples") -> str:

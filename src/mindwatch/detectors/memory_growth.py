@@ -7,11 +7,22 @@ Two kinds of series, from the hardware samples:
 - ``npu:0``, ``gpu:1``, ...: a device's used memory (npu-smi's HBM, NVML) rising; its
   headroom is that device's total less what is used.
 
-Each is judged over the last ``window_s`` seconds (``memory_trend.MemoryTrend``: a robust
-slope, and a rise quarter after quarter, so one jump is no trend). ``projected_exhaustion_s``
-is the headroom over the rate; the anomaly fires when that is under ``horizon_s``, once per
-series and episode (an episode ends after a window's worth of judgements, ``BUCKETS``, with
-no urgent trend). value = ``projected_exhaustion_s``, threshold = ``horizon_s``.
+Each series is judged over windows of every scale, from ``window_s`` doubling up
+(``memory_trend.MemoryTrend``: a robust slope, and a rise quarter after quarter, so one jump
+is no trend). A steady rise over a window of W seconds is urgent when, at its rate, the
+headroom runs out within ``LEAD`` x W (``projected_exhaustion_s``): the rise has been watched
+for at least a quarter of the time it leaves. So the evidence asked for grows with the time
+there is: a leak that empties the host in two minutes is found after 30 s of it, one that
+takes three weeks after five days; either is found while more than half its time remains
+(the window that finds it is at most twice the shortest that could, ``benchmarks/faults.py``
+measures the grid). A short window flags only a rise steep enough to matter that soon, which
+a warm-up's remainder, an evaluation's buffers or a cache filling never are.
+
+``horizon_s`` (None: no cap) leaves out leaks that would take longer than that to run out.
+One anomaly per series and episode; an episode ends when, judged by the window that found it
+(or a longer one), no rise has been urgent for as long as that window. value =
+``projected_exhaustion_s``, threshold = the limit it was under (``LEAD`` x W, or
+``horizon_s`` when lower).
 
 Samples taken before the current run segment's first ``warmup`` steps are left out: graph
 compilation, the memory pools and the input pipeline's buffers grow at the start of every
@@ -19,6 +30,7 @@ compilation, the memory pools and the input pipeline's buffers grow at the start
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..anomaly import MEMORY_GROWTH, Anomaly
@@ -26,24 +38,29 @@ from ..basics import format as fmt
 from ..observation import HardwareSample
 from ..records import Anomaly as Record
 from ..records import device_label
-from .base import Detector, Episode, is_finite
+from .base import Detector, is_finite
 from .hardware import HOST
-from .memory_trend import BUCKETS, MemoryTrend
+from .memory_trend import LEAD, MemoryTrend
+
+
+@dataclass
+class _Episode:
+    window_s: float      # the window that found the rise
+    last_urgent: float   # the time of the latest urgent judgement, seconds
 
 
 class MemoryGrowthDetector(Detector):
     watches_hardware = True
 
-    def __init__(self, *, window_s: float, horizon_s: float | None, warmup: int):
+    def __init__(self, *, window_s: float | None, horizon_s: float | None, warmup: int):
         self.window_s, self.horizon_s, self.warmup = window_s, horizon_s, warmup
         self._trends: dict[str, MemoryTrend] = {}
-        self._episodes: dict[str, Episode] = {}
-        self._calm: dict[str, int] = {}       # judgements in a row without an urgent trend
+        self._episodes: dict[str, _Episode] = {}
         self._segment_steps = 0
 
     def update_hardware(self, sample: HardwareSample) -> list[Anomaly]:
         steps = sample.segment_steps
-        if self.horizon_s is None or steps is None:
+        if self.window_s is None or steps is None:
             return []
         if steps < self._segment_steps:         # a new segment: its start grows anew
             self._trends.clear()
@@ -69,31 +86,51 @@ class MemoryGrowthDetector(Detector):
                 what: str) -> list[Anomaly]:
         trend = self._trends.get(key)
         if trend is None:
+            assert self.window_s is not None
             trend = self._trends[key] = MemoryTrend(self.window_s)
-        rate = trend.add(time, used, headroom)
-        if rate is None:
+        judged = trend.add(time, used, headroom)
+        if not judged:
             return []
-        projected = max(headroom, 0.0) / rate if rate > 0 else float("inf")
-        assert self.horizon_s is not None
-        # An episode ends only after a whole window of judgements with no urgent trend: one
-        # bucket whose quarters do not rise (a collection, a late sample) does not end it.
-        urgent = projected < self.horizon_s
-        calm = 0 if urgent else self._calm.get(key, 0) + 1
-        self._calm[key] = calm
-        episode = self._episodes.setdefault(key, Episode())
-        if not episode.starts(urgent or (episode.active and calm < BUCKETS)):
+        urgent = None           # the shortest window whose rise runs out within its limit
+        for judgement in judged:
+            if judgement.rate <= 0:
+                continue
+            projected = max(headroom, 0.0) / judgement.rate
+            limit = LEAD * judgement.window_s
+            if self.horizon_s is not None:
+                limit = min(limit, self.horizon_s)
+            if projected < limit:
+                urgent = (judgement, projected, limit)
+                break
+        episode = self._episodes.get(key)
+        if episode is not None:
+            # calm for as long as the window that found it, as that window (or a longer
+            # one) judges: the shorter ones never see a slow leak, a resumed run's long
+            # windows fill again before they can judge
+            if urgent is not None:
+                episode.last_urgent = time
+            elif time - episode.last_urgent >= episode.window_s and any(
+                    j.window_s >= episode.window_s for j in judged):
+                del self._episodes[key]
             return []
-        per_hour = rate * 3600
+        if urgent is None:
+            return []
+        judgement, projected, limit = urgent
+        self._episodes[key] = _Episode(judgement.window_s, time)
         return [Anomaly(
-            MEMORY_GROWTH, None, projected, self.horizon_s,
-            f"memory growing: {what} rose steadily by {per_hour:.3g} {unit}/h over the last "
-            f"{fmt.duration(self.window_s)}; at this rate it runs out in "
-            f"{fmt.duration(projected)} (memory_growth_horizon_s {self.horizon_s:g})",
+            MEMORY_GROWTH, None, projected, limit,
+            f"memory growing: {what} rose steadily by {fmt.memory_rate(judgement.rate, unit)} "
+            f"over the last "
+            f"{fmt.duration(judgement.window_s)}; at this rate it runs out in "
+            f"{fmt.duration(projected)}",
             fields={Record.MEMORY: key, Record.PROJECTED_EXHAUSTION_S: projected})]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"episodes": {k: e.active for k, e in self._episodes.items()}}
+        return {"episodes": {key: [e.window_s, e.last_urgent]
+                             for key, e in self._episodes.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key, active in state.get("episodes", {}).items():
-            self._episodes.setdefault(str(key), Episode()).active = bool(active)
+        for key, value in state.get("episodes", {}).items():
+            # before the ladder of windows a bool said whether an episode was on
+            if isinstance(value, list) and len(value) == 2:
+                self._episodes[str(key)] = _Episode(float(value[0]), float(value[1]))

@@ -1,10 +1,26 @@
-"""StepTiming and Eta alone, on a fake clock: a step's times and rates, and the time left."""
+"""StepTiming and Eta alone, on a fake clock: a step's times and rates, and the time left,
+which a one-off cost does not move and a recurring one is spread over."""
 import pytest
 
 from mindwatch.observation import StepObservation
+from mindwatch.pipeline.eta import WINDOW as ETA_WINDOW
+from mindwatch.pipeline.eta import Eta
 from mindwatch.pipeline.segment import RunSegment
 from mindwatch.pipeline.throughput import Throughput
-from mindwatch.pipeline.timing import ETA_WINDOW, Eta, StepTiming
+from mindwatch.pipeline.timing import StepTiming
+
+PACE = 0.02           # s per step
+
+
+def _run(total, cost_at, pace=PACE):
+    """Every step's ETA and the true time left, on a run of ``total`` steps of ``pace``
+    seconds, plus ``cost_at(step)`` seconds spent before the step ends."""
+    eta, now, ends, etas = Eta(), 0.0, {}, {}
+    eta.begin(total_steps=total)
+    for step in range(1, total + 1):
+        now += pace + cost_at(step)
+        ends[step], etas[step] = now, eta.update(step, now)
+    return etas, {step: ends[total] - ends[step] for step in ends}
 
 
 def test_the_eta_is_the_steps_left_times_the_recent_pace():
@@ -44,3 +60,47 @@ def test_step_timing_fills_times_rates_and_the_segment_count(clock):
     assert last.tokens_per_s == pytest.approx(1024.0) and last.time == clock.time()
     assert [o.segment_step for o in observations] == [1, 2, 3] and segment.observed == 3
     assert [o.eta_s for o in observations] == [None, pytest.approx(4.0), pytest.approx(3.5)]
+
+
+def test_a_one_off_compilation_does_not_swing_the_eta():
+    """The issue's run: 200 steps of 20 ms, the first state step's graph compiled in 0.5 s at
+    step 100. The ETA there is the 100 steps left, not the compilation spread over them."""
+    etas, left = _run(200, lambda step: 0.5 if step == 100 else 0.0)
+    assert etas[99] == pytest.approx(101 * PACE)            # the compilation is yet to come
+    assert etas[100] == pytest.approx(left[100]) == pytest.approx(100 * PACE)
+    assert all(etas[s] == pytest.approx(left[s]) for s in range(101, 200))
+
+
+def test_recurring_costs_are_spread_over_their_period():
+    """An evaluation of 0.3 s every 50 steps (the first with its compilation, 0.45 s), and
+    state steps every 100 steps 15 ms longer (their first compiled in 0.5 s): within 10% at
+    mid-run and after."""
+    def cost(step):
+        evaluation = (0.45 if step == 51 else 0.3) if step % 50 == 1 and step > 1 else 0.0
+        state = (0.5 if step == 100 else 0.015) if step % 100 == 0 else 0.0
+        return evaluation + state
+    etas, left = _run(400, cost)
+    for step in range(200, 400, 7):
+        assert etas[step] == pytest.approx(left[step], rel=0.1), step
+    # seen once, an evaluation is a one-off; seen twice, it is expected once more at most
+    assert etas[51] == pytest.approx(349 * PACE, rel=0.01)
+    assert etas[101] <= 299 * PACE + 0.45 + 0.02
+
+
+def test_a_stall_over_a_few_steps_and_a_cost_that_stops_recurring_add_nothing():
+    """Three slow steps in a row (a stall of 3 x 0.1 s): costs at no period; twice, 60 steps
+    apart: expected once more at most; a cost seen three times 20 steps apart, then gone for
+    two periods: nothing."""
+    stalls = {101, 102, 103, 161, 162, 163}
+    etas, _ = _run(600, lambda step: 0.1 if step in stalls else 0.0)
+    assert etas[104] == pytest.approx(496 * PACE, rel=0.01)
+    assert 436 * PACE <= etas[164] <= 436 * PACE + 0.3
+    etas, _ = _run(600, lambda step: 0.2 if step in (100, 120, 140) else 0.0)
+    # at its phase: at 160, 180, ..., 600
+    assert etas[150] == pytest.approx(450 * PACE + 23 * 0.2, rel=0.01)
+    assert etas[181] == pytest.approx(419 * PACE, rel=0.01)
+
+
+def test_a_slower_pace_is_followed_within_the_window():
+    etas, left = _run(400, lambda step: 0.02 if step > 100 else 0.0)
+    assert etas[100 + ETA_WINDOW] == pytest.approx(left[100 + ETA_WINDOW], rel=0.01)
