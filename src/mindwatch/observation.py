@@ -145,6 +145,11 @@ class HardwareSample:
     rss_gb: float | None = None
     devices: list[DeviceSample] = field(default_factory=list)
     framework_memory: dict[str, Any] | None = None
+    # this process's part of cpu_percent, its threads' wait for a CPU since the previous
+    # sample (s), the other processes that took the most (hardware/cpu_share.py)
+    process_cpu_percent: float | None = None
+    cpu_wait_s: float | None = None
+    cpu_top: list[dict[str, Any]] | None = None
     # steps the current run segment had observed when this was taken (HardwareInput): the
     # trend rules leave out a segment's start; None: not known
     segment_steps: int | None = None
@@ -159,6 +164,8 @@ class HardwareSample:
                 Device.MEM_USED_MB: d.mem_used_mb, Device.MEM_TOTAL_MB: d.mem_total_mb,
                 Device.TEMP_C: d.temp_c, Device.POWER_W: d.power_w} for d in self.devices],
             Hardware.FRAMEWORK_MEMORY: self.framework_memory,
+            Hardware.PROCESS_CPU_PERCENT: self.process_cpu_percent,
+            Hardware.CPU_WAIT_S: self.cpu_wait_s, Hardware.CPU_TOP: self.cpu_top,
         }
 
 

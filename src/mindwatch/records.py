@@ -160,7 +160,20 @@ class Hardware(Fields):
     DEVICES = required("devices")
     MEM_AVAILABLE_GB = optional("mem_available_gb", nonfinite=True)
     FRAMEWORK_MEMORY = optional("framework_memory")
-    HOST_FIELDS = (CPU_PERCENT, MEM_USED_GB, MEM_AVAILABLE_GB, RSS_GB)   # what HostProbe reads
+    # this process's part of cpu_percent, its threads' wait for a CPU (s, since the previous
+    # sample), the other processes that took the most (TopProcess): hardware/cpu_share.py
+    PROCESS_CPU_PERCENT = optional("process_cpu_percent", nonfinite=True)
+    CPU_WAIT_S = optional("cpu_wait_s", nonfinite=True)
+    CPU_TOP = optional("cpu_top")
+    HOST_FIELDS = (CPU_PERCENT, MEM_USED_GB, MEM_AVAILABLE_GB, RSS_GB,     # what HostProbe reads
+                   PROCESS_CPU_PERCENT, CPU_WAIT_S, CPU_TOP)
+
+
+class TopProcess(Fields):
+    """One entry of ``Hardware.CPU_TOP``: another process and its percent of the host's CPU."""
+    PID = required("pid")
+    NAME = required("name")
+    CPU_PERCENT = required("cpu_percent", nonfinite=True)
 
 
 class Device(Fields):
@@ -311,7 +324,8 @@ SCHEMAS: dict[str, type[Fields]] = {cls.KIND: cls for cls in _RECORDS}
 REQUIRED_FIELDS: dict[str, tuple] = {kind: cls.REQUIRED for kind, cls in SCHEMAS.items()}
 COMMON_FIELDS = Common.REQUIRED
 # Only these are decoded back to floats, at any depth of a record.
-_EVERY: tuple[type[Fields], ...] = (Common, *_RECORDS, Device, LayerState, Activation)
+_EVERY: tuple[type[Fields], ...] = (Common, *_RECORDS, Device, TopProcess, LayerState,
+                                    Activation)
 FLOAT_FIELDS = frozenset[str]().union(*(cls.NONFINITE for cls in _EVERY))
 
 

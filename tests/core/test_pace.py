@@ -223,7 +223,7 @@ def test_a_slowdown_while_the_baseline_is_learned_does_not_become_it(tmp_path, c
     # still slow 100 steps later: the same episode, the baseline still the healthy 0.1 s
     assert _run(monitor, clock, [(0.12, 0.01)] * 10, first=126) == []
     [drop] = [d for d in monitor.detectors if isinstance(d, ThroughputDropDetector)]
-    assert drop._best[0] == pytest.approx(0.1)
+    assert drop._best.step_s == pytest.approx(0.1)
 
 
 def test_a_data_time_given_in_extra_counts_as_the_argument(tmp_path, clock):

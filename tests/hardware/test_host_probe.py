@@ -31,9 +31,14 @@ def test_real_values_are_plausible():
     probe = HostProbe()
     busy(0.15)
     sample = probe.sample()
-    assert set(sample) == {"cpu_percent", "mem_used_gb", "mem_available_gb", "rss_gb"}
+    assert set(sample) == {"cpu_percent", "mem_used_gb", "mem_available_gb", "rss_gb",
+                           "process_cpu_percent", "cpu_wait_s", "cpu_top"}
     assert 0 <= sample["cpu_percent"] <= 100 * (os.cpu_count() or 1)
     assert sample["cpu_percent"] > 0  # we just burnt CPU time in the interval
+    # ... on one core of this host's
+    assert sample["process_cpu_percent"] == pytest.approx(
+        100 / psutil.cpu_count(), abs=100 / psutil.cpu_count() / 2)
+    assert 0 <= sample["cpu_wait_s"] < 0.15
     total_gb = psutil.virtual_memory().total / 1e9
     assert 0 < sample["mem_used_gb"] <= total_gb
     assert 0 < sample["mem_available_gb"] <= total_gb
@@ -60,9 +65,10 @@ def test_no_elapsed_cpu_time_is_unknown_not_zero():
                            Process=lambda: SimpleNamespace(
                                memory_info=lambda: SimpleNamespace(rss=2e9)),
                            virtual_memory=lambda: SimpleNamespace(used=3e9, available=5e9))
-    probe = HostProbe(psutil_module=fake)
+    probe = HostProbe(psutil_module=fake, shares=False)
     assert probe.sample() == {"cpu_percent": None, "mem_used_gb": 3.0,
-                              "mem_available_gb": 5.0, "rss_gb": 2.0}
+                              "mem_available_gb": 5.0, "rss_gb": 2.0,
+                              "process_cpu_percent": None, "cpu_wait_s": None, "cpu_top": None}
 
 
 def test_cpu_percent_from_time_deltas():
@@ -80,10 +86,11 @@ def test_failing_calls_give_none_and_one_message_each():
 
     fake = SimpleNamespace(cpu_times=broken, virtual_memory=broken,
                            Process=lambda: SimpleNamespace(memory_info=broken))
-    probe = HostProbe(psutil_module=fake)
+    probe = HostProbe(psutil_module=fake, shares=False)     # (cpu_share.py: test_cpu_share)
     for _ in range(3):
         assert probe.sample() == dict.fromkeys(
-            ["cpu_percent", "mem_used_gb", "mem_available_gb", "rss_gb"])
+            ["cpu_percent", "mem_used_gb", "mem_available_gb", "rss_gb", "process_cpu_percent",
+             "cpu_wait_s", "cpu_top"])
     messages = probe.pop_new_messages()
     assert messages == [f"host probe: psutil {what} failed (OSError: no /proc); that field is null"
                         for what in ("cpu_times", "virtual_memory", "memory_info")]

@@ -34,9 +34,10 @@ def test_demo_trains_and_loss_falls(tmp_path):
                              text=True, timeout=60)
     # A test worker shares the CI host's two cores with another worker, which may be running
     # several training processes: the demo's step can then really take 2-3x longer for a while,
-    # and throughput_drop says so (the compute time grew). Nothing else may be found.
+    # and throughput_drop says why: the host's other processes. Nothing else may be found.
     slowed = [a for a in log.anomalies if a["anomaly"] == "throughput_drop"]
-    assert all(a["cause"] == "compute" for a in slowed) and len(slowed) == len(log.anomalies)
+    assert all(a["cause"] == "host" for a in slowed) and len(slowed) == len(log.anomalies), \
+        [a["message"] for a in log.anomalies]
     if not log.anomalies:
         assert summary.returncode == 0 and "HEALTHY" in summary.stdout
     else:

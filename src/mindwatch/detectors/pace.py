@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from ..observation import StepObservation
 from .base import is_finite
@@ -25,6 +26,15 @@ from .base import is_finite
 # alone moves a window's median by half, and nobody waits long for a 2 ms step either way.
 MIN_SECONDS = 0.005
 INF = float("inf")
+
+
+class Slow(NamedTuple):
+    """The slow steps of a window (``Pace.slow_steps``)."""
+    step_s: float                      # their median step time
+    data_s: float                      # their median data time
+    peers: list[float] | None          # each rank's median data time at them
+    start: float                       # the first one's start, Unix s
+    end: float                         # the last one's end
 
 
 def _median(values: Iterable[float]) -> float:
@@ -45,6 +55,7 @@ class Pace:
         self._seen: StepObservation | None = None
         self._steps: deque[float] = deque(maxlen=window)
         self._data: deque[float] = deque(maxlen=window)
+        self._times: deque[float] = deque(maxlen=window)     # each step's end, Unix s
         self._samples: deque[float] = deque(maxlen=window)
         self._peers: list[deque[float]] = []
         self._after_skip = False
@@ -59,7 +70,7 @@ class Pace:
             return
         self._seen = obs
         if obs.segment_step == 1:                   # a new segment learns its own pace
-            for window in (self._steps, self._data, self._samples):
+            for window in (self._steps, self._data, self._samples, self._times):
                 window.clear()
             self._peers, self.counted = [], 0
         # Written for the per-step cost (the budget of all three trend rules is 5 us): no
@@ -74,6 +85,7 @@ class Pace:
         data = obs.data_time_s
         self.counted += 1
         self._steps.append(step_s)
+        self._times.append(obs.time)
         self._data.append(min(data / obs.steps, step_s) if data is not None and 0 <= data < INF
                           else 0.0)
         samples = obs.samples_per_s
@@ -104,21 +116,33 @@ class Pace:
         for history, value in zip(self._peers, data_times, strict=True):
             history.append(float(value) if is_finite(value) and value >= 0 else 0.0)
 
-    def slow_steps(self, limit: float) -> tuple[float, float, list[float] | None] | None:
+    @property
+    def latest_time(self) -> float:
+        """The latest counted step's end, Unix seconds."""
+        return self._times[-1]
+
+    def span(self) -> tuple[float, float]:
+        """When the window's steps ran: the first one's start and the last one's end (Unix
+        seconds)."""
+        return self._times[0] - self._steps[0], self._times[-1]
+
+    def slow_steps(self, limit: float) -> Slow | None:
         """Over the window's steps slower than ``limit`` seconds: the median step time, the
         median data time, and each rank's median data time at those steps (None on one
-        rank); None when no step is. Where the time of the slow steps went, which medians of
-        the two columns over the whole window cannot say while the window is half slow.
-        Medians, not means: one step among them that a loaded host stalled for 0.4 s
-        (compute) would outweigh five that waited 40 ms for their batch."""
+        rank), and when they ran; None when no step is. Where the time of the slow steps
+        went, which medians of the two columns over the whole window cannot say while the
+        window is half slow. Medians, not means: one step among them that a loaded host
+        stalled for 0.4 s (compute) would outweigh five that waited 40 ms for their batch."""
         slow = [i for i, step_s in enumerate(self._steps) if step_s > limit]
         if not slow:
             return None
         peers = None
         if len(self._peers) >= 2 and all(len(h) == len(self._steps) for h in self._peers):
             peers = [_median(h[i] for i in slow) for h in self._peers]
-        return (_median(self._steps[i] for i in slow),
-                _median(self._data[i] for i in slow), peers)
+        return Slow(_median(self._steps[i] for i in slow),
+                    _median(self._data[i] for i in slow), peers,
+                    min(self._times[i] - self._steps[i] for i in slow),
+                    max(self._times[i] for i in slow))
 
     def peer_data_s(self) -> list[float] | None:
         """Each rank's median data time over the window; None until the windows are full

@@ -9,6 +9,7 @@ from typing import Any
 from ..basics.once import OnceMessages
 from ..basics.units import GB
 from ..records import Hardware
+from .cpu_share import CpuShares
 
 
 def _import_psutil():
@@ -29,7 +30,9 @@ def _total_and_busy(times) -> tuple:
 
 class HostProbe:
     """``sample()`` -> a dict of ``records.Hardware.HOST_FIELDS``: CPU load, host memory used
-    and available, this process's resident memory.
+    and available, this process's resident memory, and (``shares``) this process's part of
+    the CPU load, its threads' wait for a CPU and the other processes that took the most
+    (``cpu_share.CpuShares``).
 
     ``cpu_percent`` is the system-wide CPU load (0..100, averaged over all cores) since the
     previous call, or since construction for the first one: non-blocking, like
@@ -44,11 +47,19 @@ class HostProbe:
     fails; ``sample()`` never raises. Safe to call from one thread at a time.
     """
 
-    def __init__(self, psutil_module: Any = None):
+    def __init__(self, psutil_module: Any = None, *, shares: bool = True):
         self._psutil = psutil_module or _import_psutil()
         self._messages = OnceMessages()
         self._process = self._psutil.Process()
         self._last_cpu = self._read_cpu()  # the "primed once at construction" baseline
+        self._shares: CpuShares | None = None
+        if shares:
+            try:
+                self._shares = CpuShares(self._psutil)
+                self._shares.sample(None, None)        # their baselines, primed alike
+            except Exception as exc:
+                self._shares = None
+                self._report("process CPU", exc)
 
     def _read_cpu(self) -> tuple | None:
         try:
@@ -66,19 +77,28 @@ class HostProbe:
         return self._messages.pop()
 
     def cpu_percent(self) -> float | None:
+        return self._cpu()[1]
+
+    def _cpu(self) -> tuple[float | None, float | None]:
+        """The host's CPU seconds since the previous call (all cores), and its load."""
         now = self._read_cpu()
         last, self._last_cpu = self._last_cpu, now
         if now is None or last is None:
-            return None
+            return None, None
         total = now[0] - last[0]
         if total <= 0:
-            return None
+            return None, None
         busy = max(0.0, now[1] - last[1])  # counters can step back a little (psutil #392)
-        return round(min(100.0, 100.0 * busy / total), 1)
+        return total, round(min(100.0, 100.0 * busy / total), 1)
 
-    def sample(self) -> dict[str, float | None]:
-        out: dict[str, float | None] = dict.fromkeys(Hardware.HOST_FIELDS)
-        out[Hardware.CPU_PERCENT] = self.cpu_percent()
+    def sample(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict.fromkeys(Hardware.HOST_FIELDS)
+        total, out[Hardware.CPU_PERCENT] = self._cpu()
+        if self._shares is not None:
+            try:
+                out.update(self._shares.sample(total, out[Hardware.CPU_PERCENT]))
+            except Exception as exc:
+                self._report("process CPU", exc)
         try:
             memory = self._psutil.virtual_memory()
             out[Hardware.MEM_USED_GB] = memory.used / GB

@@ -1,0 +1,76 @@
+"""throughput_drop's cause "host": other processes took the host's CPU and this process's
+threads waited for one. Through the Monitor on a fake clock, hardware samples every 2 s; the
+run's own slowdowns (a sleep, its own threads crowding) stay "compute"."""
+import io
+
+import pytest
+
+from mindwatch import Monitor
+from mindwatch.observation import HardwareSample
+
+WINDOW, WARMUP = 10, 5
+HOG = [{"pid": 4242, "name": "stress-ng", "cpu_percent": 48.5}]
+
+
+def _run(tmp_path, clock, *, slow_others, slow_wait, slow_step=0.3, top=HOG):
+    """100 steps of 0.1 s (the host 60% busy, 50% this process's, its threads waiting 5 ms a
+    second), then 40 steps of ``slow_step`` with the other processes at ``slow_others`` % of
+    the host and this process's threads waiting ``slow_wait`` s a second."""
+    monitor = Monitor(str(tmp_path), clock=clock, stream=io.StringIO(), hardware_interval_s=None,
+                      pace_window=WINDOW, trend_warmup=WARMUP)
+    found, last_sample = [], clock.time()
+    for step in range(1, 141):
+        slow = step > 100
+        clock.advance(slow_step if slow else 0.1)
+        found += monitor.observe(step=step, loss=1.0, data_time_s=0.01)
+        if clock.time() - last_sample >= 2.0:
+            interval = clock.time() - last_sample
+            others = slow_others if slow else 10.0
+            found += monitor.observe_hardware(HardwareSample(
+                time=clock.time(), cpu_percent=min(others + 50.0, 100.0),
+                process_cpu_percent=50.0 if not slow else 100.0 - others,
+                cpu_wait_s=interval * (slow_wait if slow else 0.005),
+                cpu_top=top if slow else None, mem_used_gb=4.0, mem_available_gb=8.0,
+                rss_gb=1.0))
+            last_sample = clock.time()
+    monitor.close()
+    return [a for a in found if a.kind == "throughput_drop"]
+
+
+def test_other_processes_that_take_the_cpu_are_the_cause(tmp_path, clock):
+    [drop] = _run(tmp_path, clock, slow_others=60.0, slow_wait=1.5)
+    assert drop.fields == {"cause": "host", "ranks": [0]}
+    assert ("other processes took the host's CPU: their share rose from 10% to 60% of it (the "
+            "host 100% busy; the most: pid 4242 stress-ng 48.5%), and this process's threads, "
+            "between them, waited 450.0 ms per step for a CPU (0.5 ms before)") in drop.message
+    assert drop.value == pytest.approx(0.2) and drop.threshold == pytest.approx(0.15)
+
+
+def test_a_slowdown_of_the_runs_own_beside_a_busier_host_is_compute(tmp_path, clock):
+    """The others took more of the host, but this process never waited for a CPU: its steps
+    slowed on their own (a slower kernel, a sleep, a collective's wait)."""
+    [drop] = _run(tmp_path, clock, slow_others=60.0, slow_wait=0.005)
+    assert drop.fields == {"cause": "compute", "ranks": [0]}
+
+
+def test_the_runs_own_threads_crowding_each_other_is_compute(tmp_path, clock):
+    """This process's threads waited for a CPU, but no other process took more of the host:
+    the run's own work crowds its cores (more input workers, a busier callback)."""
+    [drop] = _run(tmp_path, clock, slow_others=10.0, slow_wait=1.5)
+    assert drop.fields == {"cause": "compute", "ranks": [0]}
+
+
+def test_without_the_samples_cpu_fields_it_is_compute(tmp_path, clock):
+    """A sampler that cannot read them (another OS, no psutil): no guess."""
+    monitor = Monitor(str(tmp_path), clock=clock, stream=io.StringIO(), hardware_interval_s=None,
+                      pace_window=WINDOW, trend_warmup=WARMUP)
+    found = []
+    for step in range(1, 61):
+        clock.advance(0.3 if step > 40 else 0.1)
+        found += monitor.observe(step=step, loss=1.0, data_time_s=0.01)
+        if step % 10 == 0:
+            monitor.observe_hardware(HardwareSample(time=clock.time(), cpu_percent=100.0,
+                                                    mem_used_gb=4.0, rss_gb=1.0))
+    monitor.close()
+    [drop] = [a for a in found if a.kind == "throughput_drop"]
+    assert drop.fields["cause"] == "compute"

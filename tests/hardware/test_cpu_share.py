@@ -1,0 +1,78 @@
+"""CpuShares against this machine's real processes: a process of the host's own that takes
+its CPU shows in this process's wait for one and is named; this process's children are its
+own, not others."""
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from mindwatch.hardware.cpu_share import CpuShares
+
+SPIN = "import time; end = time.time() + {seconds}\nwhile time.time() < end: pass"
+
+
+def busy(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _sample(shares, probe_state):
+    """One sample with the host's CPU seconds and load since the previous one."""
+    times = psutil.cpu_times()
+    total = sum(times) - times.guest - times.guest_nice
+    busy_s = total - times.idle - times.iowait
+    last_total, last_busy = probe_state or (total, busy_s)
+    load = 100.0 * (busy_s - last_busy) / (total - last_total) if total > last_total else None
+    return shares.sample(total - last_total or None, load), (total, busy_s)
+
+
+@pytest.fixture
+def hogs():
+    """As many spinning processes as the host has cores, none of them this process's child
+    (started through a shell that exits), for 6 s; their pids."""
+    cores = psutil.cpu_count()
+    script = SPIN.format(seconds=6)
+    out = subprocess.run(
+        ["sh", "-c", " ".join(f"({sys.executable} -c '{script}' </dev/null >/dev/null 2>&1 "
+                              "& echo $!);" for _ in range(cores))],
+        capture_output=True, text=True, check=True, timeout=10).stdout
+    pids = [int(line) for line in out.split()]
+    yield pids
+    for pid in pids:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
+
+
+def test_other_processes_taking_the_cpu_make_this_one_wait_and_are_named(hogs):
+    shares = CpuShares(psutil)
+    _, state = _sample(shares, None)
+    busy(1.0)
+    _, state = _sample(shares, state)          # the top's scan needs one sample before
+    busy(1.0)
+    found, state = _sample(shares, state)
+    # spinning against a spinning process on every core: waiting about half the time
+    assert found["cpu_wait_s"] >= 0.1
+    assert found["process_cpu_percent"] < 100.0 / psutil.cpu_count()
+    named = {entry["pid"] for entry in found["cpu_top"]}
+    assert named & set(hogs)
+    assert all(entry["cpu_percent"] > 5 and entry["name"] for entry in found["cpu_top"])
+
+
+def test_this_processs_children_are_its_own():
+    shares = CpuShares(psutil)
+    _, state = _sample(shares, None)
+    child = subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=1.5)])
+    try:
+        time.sleep(1.2)
+        found, state = _sample(shares, state)
+    finally:
+        child.kill()
+        child.wait()
+    # the child's spinning is this process's: a core's worth, in percent of the host
+    assert found["process_cpu_percent"] >= 0.5 * 100 / psutil.cpu_count()
+    assert not any(entry["pid"] == child.pid for entry in found["cpu_top"] or ())
