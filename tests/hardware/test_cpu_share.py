@@ -8,9 +8,8 @@ import time
 import psutil
 import pytest
 
+import spinners
 from mindwatch.hardware.cpu_share import CpuShares
-
-SPIN = "import time; end = time.time() + {seconds}\nwhile time.time() < end: pass"
 
 
 def busy(seconds):
@@ -31,21 +30,10 @@ def _sample(shares, probe_state):
 
 @pytest.fixture
 def hogs():
-    """As many spinning processes as the host has cores, none of them this process's child
-    (started through a shell that exits), for 6 s; their pids."""
-    cores = psutil.cpu_count()
-    script = SPIN.format(seconds=6)
-    out = subprocess.run(
-        ["sh", "-c", " ".join(f"({sys.executable} -c '{script}' </dev/null >/dev/null 2>&1 "
-                              "& echo $!);" for _ in range(cores))],
-        capture_output=True, text=True, check=True, timeout=10).stdout
-    pids = [int(line) for line in out.split()]
+    """As many spinning processes as the host has cores, for 6 s."""
+    pids = spinners.start(psutil.cpu_count(), seconds=6)
     yield pids
-    for pid in pids:
-        try:
-            psutil.Process(pid).kill()
-        except psutil.Error:
-            pass
+    spinners.stop(pids)
 
 
 def test_other_processes_taking_the_cpu_make_this_one_wait_and_are_named(hogs):
@@ -66,7 +54,7 @@ def test_other_processes_taking_the_cpu_make_this_one_wait_and_are_named(hogs):
 def test_this_processs_children_are_its_own():
     shares = CpuShares(psutil)
     _, state = _sample(shares, None)
-    child = subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=1.5)])
+    child = subprocess.Popen([sys.executable, "-c", spinners.SPIN.format(seconds=1.5)])
     try:
         time.sleep(1.2)
         found, state = _sample(shares, state)

@@ -6,23 +6,11 @@ import sys
 import time
 
 import psutil
-import pytest
 
+import spinners
 from mindwatch.runlog import read_rank_log
 
 MINDWATCH = [sys.executable, "-m", "mindwatch.cli"]
-SPIN = "import time; end = time.time() + {seconds}\nwhile time.time() < end: pass"
-
-
-def _spinners(seconds, count):
-    """``count`` spinning processes, none of them a child of the test (started through a
-    shell that exits): other processes of the host. Their pids."""
-    script = SPIN.format(seconds=seconds)
-    out = subprocess.run(
-        ["sh", "-c", " ".join(f"({sys.executable} -c '{script}' </dev/null >/dev/null 2>&1 "
-                              "& echo $!);" for _ in range(count))],
-        capture_output=True, text=True, check=True, timeout=10).stdout
-    return [int(pid) for pid in out.split()]
 
 
 def _steps_logged(path):
@@ -36,22 +24,18 @@ def test_the_demo_slowed_by_other_processes_says_the_host(tmp_path):
     run = tmp_path / "run"
     demo = subprocess.Popen([*MINDWATCH, "demo", "--out", str(run), "--steps", "240"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    spinners = []
+    others = []
     try:
         # its baseline learned (50 warm-up steps, then windows of 20)
         deadline = time.monotonic() + 120
         while _steps_logged(run / "rank_0.jsonl") < 130 and demo.poll() is None:
             assert time.monotonic() < deadline, "the demo did not reach step 130"
             time.sleep(0.1)
-        spinners = _spinners(seconds=10, count=int(1.5 * psutil.cpu_count()))
+        others = spinners.start(int(1.5 * psutil.cpu_count()), seconds=10)
         _, stderr = demo.communicate(timeout=240)
     finally:
         demo.kill()
-        for pid in spinners:
-            try:
-                psutil.Process(pid).kill()
-            except psutil.Error:
-                pass
+        spinners.stop(others)
     assert demo.returncode == 0, stderr
     log = read_rank_log(str(run / "rank_0.jsonl"))
     assert log.end["reason"] == "completed"
@@ -59,7 +43,7 @@ def test_the_demo_slowed_by_other_processes_says_the_host(tmp_path):
     assert drops and {a["anomaly"] for a in log.anomalies} == {"throughput_drop"}, log.anomalies
     assert all(a["cause"] == "host" for a in drops), [a["message"] for a in drops]
     assert drops[0]["step"] > 130
-    named = {pid for pid in spinners if f"pid {pid} " in drops[0]["message"]}
+    named = {pid for pid in others if f"pid {pid} " in drops[0]["message"]}
     assert named, drops[0]["message"]
     samples = [h for h in log.of_kind("hardware") if h["time"] > drops[0]["time"] - 4]
     assert any(h["cpu_wait_s"] and h["cpu_wait_s"] > 0.1 for h in samples)
