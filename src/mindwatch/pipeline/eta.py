@@ -4,8 +4,9 @@ The wall time between step ends is split in two:
 
 - the steady pace: the mean time per step over the last ``WINDOW`` observations, leaving out
   the steps slower than ``EVENT_FACTOR`` times their median (a mean, so the ordinary jitter
-  of steps is in it); the mean of the last ``CHANGE`` when each of them is that far off the
-  median, on one side (a run that slowed down is not promised its old pace);
+  of steps is in it); the mean of the last ``CHANGE`` (or a third of a shorter history) when
+  each of them is that far off the median, on one side (a run that slowed down is not
+  promised its old pace);
 - costs: what each of those slower steps took beyond the pace (a state step's extra graph,
   an evaluation between epochs, a checkpoint save, a compilation, a stall). Costs of about
   one size (within ``SAME_COST`` of each other) are one kind, and a kind recurs at the median
@@ -119,7 +120,8 @@ class Eta:
         if len(ordered) < MIN_HISTORY:
             return sum(ordered) / len(ordered)
         middle = ordered[len(ordered) // 2]
-        latest = list(islice(reversed(self._durations), CHANGE))
+        # (a third of a short history: its median is no older pace than that)
+        latest = list(islice(reversed(self._durations), min(CHANGE, len(ordered) // 3)))
         if all(d > EVENT_FACTOR * middle for d in latest) or \
                 all(d * EVENT_FACTOR < middle for d in latest):
             return sum(latest) / len(latest)
