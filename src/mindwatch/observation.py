@@ -134,6 +134,9 @@ class DeviceSample:
     mem_total_mb: float | None = None
     temp_c: float | None = None
     power_w: float | None = None
+    # the other processes on it (records.DeviceProcess), when this process is on it and the
+    # tool lists them; None: not known
+    others: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -162,7 +165,9 @@ class HardwareSample:
             Hardware.DEVICES: [{
                 Device.TYPE: d.type, Device.INDEX: d.index, Device.UTIL_PERCENT: d.util_percent,
                 Device.MEM_USED_MB: d.mem_used_mb, Device.MEM_TOTAL_MB: d.mem_total_mb,
-                Device.TEMP_C: d.temp_c, Device.POWER_W: d.power_w} for d in self.devices],
+                Device.TEMP_C: d.temp_c, Device.POWER_W: d.power_w,
+                **({} if d.others is None else {Device.OTHERS: d.others})}
+                for d in self.devices],
             Hardware.FRAMEWORK_MEMORY: self.framework_memory,
             Hardware.PROCESS_CPU_PERCENT: self.process_cpu_percent,
             Hardware.CPU_WAIT_S: self.cpu_wait_s, Hardware.CPU_TOP: self.cpu_top,

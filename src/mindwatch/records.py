@@ -185,6 +185,17 @@ class Device(Fields):
     MEM_TOTAL_MB = required("mem_total_mb", nonfinite=True)
     TEMP_C = required("temp_c", nonfinite=True)
     POWER_W = required("power_w", nonfinite=True)
+    # the other processes on this device, when this process is on it and the tool lists
+    # them (DeviceProcess entries); absent or null: not known
+    OTHERS = optional("others")
+
+
+class DeviceProcess(Fields):
+    """One entry of ``Device.OTHERS``: another process on the device."""
+    PID = required("pid")
+    NAME = required("name")
+    MEM_USED_MB = required(Device.MEM_USED_MB, nonfinite=True)     # its device memory
+    UTIL_PERCENT = optional(Device.UTIL_PERCENT, nonfinite=True)   # its share (NVML only)
 
 
 class FrameworkMemory(Fields):
@@ -324,8 +335,8 @@ SCHEMAS: dict[str, type[Fields]] = {cls.KIND: cls for cls in _RECORDS}
 REQUIRED_FIELDS: dict[str, tuple] = {kind: cls.REQUIRED for kind, cls in SCHEMAS.items()}
 COMMON_FIELDS = Common.REQUIRED
 # Only these are decoded back to floats, at any depth of a record.
-_EVERY: tuple[type[Fields], ...] = (Common, *_RECORDS, Device, TopProcess, LayerState,
-                                    Activation)
+_EVERY: tuple[type[Fields], ...] = (Common, *_RECORDS, Device, DeviceProcess, TopProcess,
+                                    LayerState, Activation)
 FLOAT_FIELDS = frozenset[str]().union(*(cls.NONFINITE for cls in _EVERY))
 
 

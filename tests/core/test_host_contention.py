@@ -6,16 +6,17 @@ import io
 import pytest
 
 from mindwatch import Monitor
-from mindwatch.observation import HardwareSample
+from mindwatch.observation import DeviceSample, HardwareSample
 
 WINDOW, WARMUP = 10, 5
 HOG = [{"pid": 4242, "name": "stress-ng", "cpu_percent": 48.5}]
 
 
-def _run(tmp_path, clock, *, slow_others, slow_wait, slow_step=0.3, top=HOG):
+def _run(tmp_path, clock, *, slow_others, slow_wait, slow_step=0.3, top=HOG, npu=None):
     """100 steps of 0.1 s (the host 60% busy, 50% this process's, its threads waiting 5 ms a
     second), then 40 steps of ``slow_step`` with the other processes at ``slow_others`` % of
-    the host and this process's threads waiting ``slow_wait`` s a second."""
+    the host and this process's threads waiting ``slow_wait`` s a second; ``npu``: the other
+    processes on this rank's NPU 0, ``(before, while slow)``."""
     monitor = Monitor(str(tmp_path), clock=clock, stream=io.StringIO(), hardware_interval_s=None,
                       pace_window=WINDOW, trend_warmup=WARMUP)
     found, last_sample = [], clock.time()
@@ -31,7 +32,9 @@ def _run(tmp_path, clock, *, slow_others, slow_wait, slow_step=0.3, top=HOG):
                 process_cpu_percent=50.0 if not slow else 100.0 - others,
                 cpu_wait_s=interval * (slow_wait if slow else 0.005),
                 cpu_top=top if slow else None, mem_used_gb=4.0, mem_available_gb=8.0,
-                rss_gb=1.0))
+                rss_gb=1.0, devices=[] if npu is None else [DeviceSample(
+                    "npu", 0, mem_used_mb=30000.0, mem_total_mb=65536.0,
+                    others=npu[slow])]))
             last_sample = clock.time()
     monitor.close()
     return [a for a in found if a.kind == "throughput_drop"]
@@ -73,4 +76,24 @@ def test_without_the_samples_cpu_fields_it_is_compute(tmp_path, clock):
                                                     mem_used_gb=4.0, rss_gb=1.0))
     monitor.close()
     [drop] = [a for a in found if a.kind == "throughput_drop"]
+    assert drop.fields["cause"] == "compute"
+
+
+def test_another_process_on_this_ranks_npu_is_the_cause(tmp_path, clock):
+    """npu-smi lists a process that came onto this rank's chip as the steps slowed (its
+    share of the chip unknown); the host's CPU is as it was."""
+    intruder = {"pid": 777, "name": "infer", "mem_used_mb": 3000.0}
+    [drop] = _run(tmp_path, clock, slow_others=10.0, slow_wait=0.005, npu=([], [intruder]))
+    assert drop.fields == {"cause": "host", "ranks": [0]}
+    assert "other processes came onto NPU 0: pid 777 infer (2.9 GB)" in drop.message
+    assert "the host's CPU" not in drop.message
+
+
+def test_a_process_that_was_on_the_npu_before_or_barely_computes_is_no_cause(tmp_path, clock):
+    there = {"pid": 777, "name": "infer", "mem_used_mb": 3000.0}
+    [drop] = _run(tmp_path, clock, slow_others=10.0, slow_wait=0.005, npu=([there], [there]))
+    assert drop.fields["cause"] == "compute"
+    idle = {"pid": 778, "name": "watcher", "mem_used_mb": 20.0, "util_percent": 2.0}
+    [drop] = _run(tmp_path / "idle", clock, slow_others=10.0, slow_wait=0.005,
+                  npu=([], [idle]))
     assert drop.fields["cause"] == "compute"

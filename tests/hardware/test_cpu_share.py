@@ -36,19 +36,28 @@ def hogs():
     spinners.stop(pids)
 
 
+def _cpu_seconds(pids):
+    return {pid: sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids}
+
+
 def test_other_processes_taking_the_cpu_make_this_one_wait_and_are_named(hogs):
     shares = CpuShares(psutil)
     _, state = _sample(shares, None)
     busy(1.0)
     _, state = _sample(shares, state)          # the top's scan needs one sample before
+    before = _cpu_seconds(hogs)
     busy(1.0)
-    found, state = _sample(shares, state)
+    found, (total, _) = _sample(shares, state)
+    after = _cpu_seconds(hogs)
     # spinning against a spinning process on every core: waiting about half the time
     assert found["cpu_wait_s"] >= 0.1
     assert found["process_cpu_percent"] < 100.0 / psutil.cpu_count()
-    named = {entry["pid"] for entry in found["cpu_top"]}
-    assert named & set(hogs)
-    assert all(entry["cpu_percent"] > 5 and entry["name"] for entry in found["cpu_top"])
+    top = found["cpu_top"]
+    assert top and all(entry["name"] for entry in top)
+    # the spinners, unless processes that took even more (a loaded host's) filled the top
+    hog_share = max(100 * (after[p] - before[p]) / (total - state[0]) for p in hogs)
+    named = {entry["pid"] for entry in top}
+    assert named & set(hogs) or min(e["cpu_percent"] for e in top) >= 0.8 * hog_share
 
 
 def test_this_processs_children_are_its_own():

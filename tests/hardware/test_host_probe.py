@@ -35,10 +35,10 @@ def test_real_values_are_plausible():
                            "process_cpu_percent", "cpu_wait_s", "cpu_top"}
     assert 0 <= sample["cpu_percent"] <= 100 * (os.cpu_count() or 1)
     assert sample["cpu_percent"] > 0  # we just burnt CPU time in the interval
-    # ... on one core of this host's
-    assert sample["process_cpu_percent"] == pytest.approx(
-        100 / psutil.cpu_count(), abs=100 / psutil.cpu_count() / 2)
-    assert 0 <= sample["cpu_wait_s"] < 0.15
+    # ... at most one core of this host's (less when other processes took some)
+    assert 0 < sample["process_cpu_percent"] <= min(sample["cpu_percent"] + 1,
+                                                    100 / psutil.cpu_count() + 5)
+    assert 0 <= sample["cpu_wait_s"] <= 0.15
     total_gb = psutil.virtual_memory().total / 1e9
     assert 0 < sample["mem_used_gb"] <= total_gb
     assert 0 < sample["mem_available_gb"] <= total_gb

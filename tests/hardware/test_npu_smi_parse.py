@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 from mindwatch.hardware.npu_smi_parse import (
     NpuChip,
     NpuMapping,
+    NpuProcess,
     parse_common,
     parse_info,
     parse_mapping,
+    parse_processes,
     parse_usages,
     to_device_samples,
 )
@@ -291,3 +293,24 @@ def test_mutated_fixtures_never_raise(npu_smi_fixtures, name, data):
                          data.draw(st.sampled_from(lines or [""])))
             text = "\n".join(lines)
     _all_parsers(text)
+
+
+def test_the_process_table_and_the_other_processes_on_this_processs_chip(npu_smi_fixtures):
+    text = (npu_smi_fixtures / "info-23.0.rc3.3-910B1.txt").read_text()
+    assert parse_processes(text) == [NpuProcess(0, 0, 576489, "python", 60703.0),
+                                     NpuProcess(1, 0, 576491, "python", 60704.0)]
+    chips = parse_info(text)
+    # this process is 576491, on NPU 1: nothing else there; NPU 0 is another rank's
+    mine = to_device_samples(chips, None, parse_processes(text), {576491})
+    assert [s.others for s in mine] == [None, []]
+    # a process of someone else's on this process's chip
+    shared = to_device_samples(chips, None, parse_processes(text), {999, 576489})
+    assert shared[0].others == []
+    intruder = [*parse_processes(text), NpuProcess(0, 0, 4242, "infer", 3000.0)]
+    assert to_device_samples(chips, None, intruder, {576489})[0].others == [
+        {"pid": 4242, "name": "infer", "mem_used_mb": 3000.0}]
+    for name in ("info-25.3.rc1-ascend910-two-chips-per-npu.excerpt.txt", "info-t-usages.txt",
+                 "info-m-910B3.txt"):
+        assert parse_processes((npu_smi_fixtures / name).read_text()) == []
+    assert parse_processes("| 0 0 | 12 | python |") == []        # no table header: no table
+    assert parse_processes(None) == []

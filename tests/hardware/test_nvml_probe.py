@@ -62,6 +62,24 @@ class FakeNvml:
         self._call("power")
         return self.gpus[handle[1]]["mw"]
 
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        self._call("processes")
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used)
+                for pid, used, _ in self.gpus[handle[1]].get("processes", ())]
+
+    def nvmlDeviceGetProcessUtilization(self, handle, since):
+        self._call("process utilization")
+        found = [SimpleNamespace(pid=pid, smUtil=util, timeStamp=1000)
+                 for pid, _, util in self.gpus[handle[1]].get("processes", ())
+                 if util is not None and since < 1000]
+        if not found:
+            raise NVMLError("Not Found")           # NVML's answer when no sample is new
+        return found
+
+    def nvmlSystemGetProcessName(self, pid):
+        self._call("process name")
+        return f"/usr/bin/python{pid % 10}".encode()
+
 
 GPUS = [dict(util=87, used=30_000 * MiB, total=81_559 * MiB, temp=71, mw=312_456),
         dict(util=0, used=512 * MiB, total=81_559 * MiB, temp=35, mw=61_000)]
@@ -151,3 +169,20 @@ def test_real_pynvml_without_driver_is_off_not_an_error():
     assert message.startswith("NVML unavailable (NVMLError") and message.endswith(
         "GPU sampling is off")
     assert message == probe.disabled_reason
+
+
+def test_the_other_processes_on_this_processs_gpu():
+    """GPU 0 runs this process (pid 100) and another that takes 60% of its SMs; GPU 1 runs
+    only another rank's process: not this rank's device, its processes are not listed."""
+    gpus = [dict(GPUS[0], processes=[(100, 20_000 * MiB, 30), (4242, 9_000 * MiB, 60)]),
+            dict(GPUS[1], processes=[(101, 500 * MiB, None)])]
+    probe = NvmlProbe(module=FakeNvml(gpus), own_pids=[100])
+    first, second = probe.sample()
+    assert first.others == [{"pid": 4242, "name": "python2", "mem_used_mb": 9000.0,
+                             "util_percent": 60.0}]
+    assert second.others is None
+    # NVML keeps the utilisation samples: none is new the second time, the share unknown
+    first, _ = probe.sample()
+    assert first.others == [{"pid": 4242, "name": "python2", "mem_used_mb": 9000.0,
+                             "util_percent": None}]
+    assert probe.pop_new_messages() == []

@@ -223,6 +223,9 @@ def test_a_lost_gpu_is_one_message():
     class LostAfterFirst(StuckNvml):
         calls = 0
 
+        def nvmlDeviceGetComputeRunningProcesses(self, handle):     # nobody on it
+            return []
+
         def nvmlDeviceGetUtilizationRates(self, handle):
             self.calls += 1
             if self.calls > 1:

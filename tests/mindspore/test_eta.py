@@ -1,7 +1,8 @@
 """eta_s trained for real, with the default settings: within 10% of the time left from mid-run
-to a quarter before the end, under Model.train, Model.fit with a validation set and the functional loop, on
-steady runs with state steps (their graph compiled at step 100), evaluations every 25 steps
-and ModelCheckpoint saves; the first state step's compilation does not swing it."""
+to a quarter before the end, under Model.train, Model.fit with a validation set and the
+functional loop, on steady runs with state steps (their graph compiled at step 100),
+evaluations every 25 steps and ModelCheckpoint saves; the first state step's compilation does
+not swing it."""
 import io
 import statistics
 import time

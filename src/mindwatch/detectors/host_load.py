@@ -1,34 +1,52 @@
-"""The host's CPU as ``throughput_drop`` reads it: did other processes take it from this run?
+"""The host as ``throughput_drop`` reads it: did other processes take its CPU, or this rank's
+device, from the run?
 
 Fed every hardware sample (the sampler thread) and asked by the training thread, so it
 keeps its samples behind a lock. For a span of time it answers with a ``Load``: the share of
 the host's CPU the other processes took (``cpu_percent`` less ``process_cpu_percent``), how
 busy the host was, how long this process's threads waited for a CPU per second (summed over
-its threads: ``cpu_wait_s``), and the other processes that took the most (``cpu_top``).
+its threads: ``cpu_wait_s``), the other processes that took the most (``cpu_top``), and the
+other processes on this rank's devices (``devices[].others``, where the tools list them).
 
-Contention explains a slowdown (``explains``) when this process's threads waited longer for a
-CPU, per step, by at least ``SHARE`` of what the step grew, while the other processes took
-more of the host. Work of the run's own (a slower kernel, a sleep, I/O, a collective's wait)
-is no wait for a CPU; the run's own threads crowding each other (more input workers) leave
-the other processes' share as it was.
+Contention explains a slowdown (``explains``) when
+- this process's threads waited longer for a CPU, per step, by at least ``SHARE`` of what
+  the step grew, while the other processes took more of the host: work of the run's own (a
+  slower kernel, a sleep, I/O, a collective's wait) is no wait for a CPU, and the run's own
+  threads crowding each other (more input workers) leave the others' share as it was;
+- or a process that was not on one of this rank's devices at the baseline is there now,
+  computing (NVML's share of the SMs, at least ``DEVICE_SHARE``) or of unknown share
+  (npu-smi lists the processes on a chip and their memory, not their share of it).
 """
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from ..basics import format as fmt
 from ..observation import HardwareSample
-from ..records import TopProcess
+from ..records import DeviceProcess, TopProcess, device_label
 from .base import is_finite
 
 SHARE = 0.5           # of the step's growth that more waiting for a CPU must account for
 MIN_RISE = 1.0        # percent of the host: the other processes' share must rise by this
+DEVICE_SHARE = 10.0   # percent of a device's SMs: a newcomer computing on it
 KEPT = 3600           # samples (2 h at the default 2 s): the spans asked about are recent
 WAIT_S = 10.0         # the least time a drop waits for a sample that covers its slow steps
+
+Processes = Mapping[str, Sequence[Mapping[str, Any]]]     # device label -> its others
+
+
+class _Sample(NamedTuple):
+    start: float              # each sample covers (start, end], Unix s
+    end: float
+    wait: float | None        # this process's threads' wait for a CPU, s
+    busy: float               # the host's CPU load, %
+    others: float             # the other processes' part of it, %
+    top: Sequence[Any]        # cpu_top
+    devices: Processes        # the other processes on this rank's devices
 
 
 @dataclass(frozen=True)
@@ -37,6 +55,8 @@ class Load:
     busy_percent: float         # the host's CPU load, mean
     waiting: float              # seconds this process's threads waited for a CPU, per second
     top: Sequence[Any]          # the latest ``cpu_top`` of the span (TopProcess entries)
+    # the latest list of the other processes on each of this rank's devices that has one
+    devices: Processes = field(default_factory=dict)
 
     def wait_per_step(self, step_s: float) -> float:
         return self.waiting * step_s
@@ -45,9 +65,7 @@ class Load:
 class HostLoad:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # (start, end, wait s, busy %, others %, top): each sample covers (start, end]
-        self._samples: deque[tuple[float, float, float | None, float, float, Any]] = \
-            deque(maxlen=KEPT)
+        self._samples: deque[_Sample] = deque(maxlen=KEPT)
         self._last: float | None = None
 
     def add(self, sample: HardwareSample) -> None:
@@ -56,29 +74,31 @@ class HostLoad:
         if last is None or not is_finite(busy) or not is_finite(own) or sample.time <= last:
             return
         wait = sample.cpu_wait_s if is_finite(sample.cpu_wait_s) else None
+        devices = {device_label(d, " ").upper(): d.others for d in sample.devices
+                   if d.others is not None}
         with self._lock:
-            self._samples.append((last, sample.time, wait, busy, max(busy - own, 0.0),
-                                  sample.cpu_top or ()))
+            self._samples.append(_Sample(last, sample.time, wait, busy, max(busy - own, 0.0),
+                                         sample.cpu_top or (), devices))
 
     def covers(self, start: float) -> bool:
         """Whether a sample has come whose whole interval is after ``start``, or none will
         (none with this process's CPU has come: no sampler, or one that cannot read it)."""
         with self._lock:
-            return not self._samples or self._samples[-1][0] >= start
+            return not self._samples or self._samples[-1].start >= start
 
     def deadline(self, now: float) -> float:
         """How long to wait, from ``now``, for a sample to cover what just happened: three of
         the longest intervals lately (at least ``WAIT_S``)."""
         with self._lock:
-            longest = max((s[1] - s[0] for s in list(self._samples)[-10:]), default=0.0)
+            longest = max((s.end - s.start for s in list(self._samples)[-10:]), default=0.0)
         return now + max(3 * longest, WAIT_S)
 
     def since(self, start: float, end: float) -> Load | None:
         """The load over the samples whose whole interval lies after ``start`` (up to
         ``end``), else over those that cover part of it."""
         with self._lock:
-            after = [s for s in reversed(self._samples) if s[0] >= start and s[0] < end]
-        return self._load(after) if after else self.over(start, end)
+            after = [s for s in reversed(self._samples) if start <= s.start < end]
+        return _load(after) if after else self.over(start, end)
 
     def over(self, start: float, end: float, *, latest: bool = True) -> Load | None:
         """The load over the samples that cover part of [start, end] (with ``latest``, the
@@ -87,45 +107,83 @@ class HostLoad:
         samples = []
         with self._lock:
             for sample in reversed(self._samples):         # the spans asked about are recent
-                if sample[1] <= start:
+                if sample.end <= start:
                     break
-                if sample[0] < end:
+                if sample.start < end:
                     samples.append(sample)
             if not samples and self._samples and latest:
                 samples = [self._samples[-1]]
-        return self._load(samples) if samples else None
+        return _load(samples) if samples else None
 
-    @staticmethod
-    def _load(samples: list[Any]) -> Load:
-        """Of samples in reverse time order."""
-        waits = [(s[1] - s[0], s[2]) for s in samples if s[2] is not None]
-        seconds = sum(span for span, _ in waits)
-        top = next((s[5] for s in samples if s[5]), ())        # the latest first
-        return Load(others_percent=sum(s[4] for s in samples) / len(samples),
-                    busy_percent=sum(s[3] for s in samples) / len(samples),
-                    waiting=sum(wait for _, wait in waits) / seconds if seconds else 0.0,
-                    top=top)
+
+def _load(samples: list[_Sample]) -> Load:
+    """Of samples in reverse time order."""
+    waits = [(s.end - s.start, s.wait) for s in samples if s.wait is not None]
+    seconds = sum(span for span, _ in waits)
+    devices: dict[str, Sequence[Mapping[str, Any]]] = {}
+    for sample in samples:                               # the latest list of each device
+        for label, others in sample.devices.items():
+            devices.setdefault(label, others)
+    return Load(others_percent=sum(s.others for s in samples) / len(samples),
+                busy_percent=sum(s.busy for s in samples) / len(samples),
+                waiting=sum(wait for _, wait in waits) / seconds if seconds else 0.0,
+                top=next((s.top for s in samples if s.top), ()), devices=devices)
+
+
+def newcomers(then: Load, now: Load) -> dict[str, list[Mapping[str, Any]]]:
+    """Per device of this rank: the processes on it now that were not at the baseline and
+    compute there (their share unknown, or at least DEVICE_SHARE)."""
+    found = {}
+    for label, others in now.devices.items():
+        before = then.devices.get(label)
+        if before is None:                   # not listed at the baseline: nothing to compare
+            continue
+        known = {p.get(DeviceProcess.PID) for p in before}
+        new = [p for p in others if p.get(DeviceProcess.PID) not in known
+               and not (is_finite(p.get(DeviceProcess.UTIL_PERCENT))
+                        and p[DeviceProcess.UTIL_PERCENT] < DEVICE_SHARE)]
+        if new:
+            found[label] = new
+    return found
 
 
 def explains(then: Load | None, now: Load | None, step_then: float, step_now: float
              ) -> bool:
-    """Whether contention for the host's CPU explains the step growing from ``step_then`` to
-    ``step_now`` seconds (``then``: the load at the baseline, ``now``: over the slow steps)."""
+    """Whether contention for the host's CPU or this rank's devices explains the step
+    growing from ``step_then`` to ``step_now`` seconds (``then``: the load at the baseline,
+    ``now``: over the slow steps)."""
     if then is None or now is None or step_now <= step_then:
         return False
     waited = now.wait_per_step(step_now) - then.wait_per_step(step_then)
     return (waited >= SHARE * (step_now - step_then)
-            and now.others_percent - then.others_percent >= MIN_RISE)
+            and now.others_percent - then.others_percent >= MIN_RISE) or \
+        bool(newcomers(then, now))
 
 
 def describe(then: Load, now: Load, step_then: float, step_now: float) -> str:
-    """What took the CPU, for the anomaly's message."""
-    named = ", ".join(f"pid {p.get(TopProcess.PID)} {p.get(TopProcess.NAME)} "
-                      f"{p.get(TopProcess.CPU_PERCENT)}%" for p in now.top
-                      if isinstance(p, dict))
-    return (f"other processes took the host's CPU: their share rose from "
+    """What took the CPU or the device, for the anomaly's message."""
+    said = []
+    for label, new in newcomers(then, now).items():
+        named = ", ".join(_device_process(p) for p in new)
+        said.append(f"other processes came onto {label}: {named}")
+    if now.others_percent - then.others_percent >= MIN_RISE:
+        named = ", ".join(f"pid {p.get(TopProcess.PID)} {p.get(TopProcess.NAME)} "
+                          f"{p.get(TopProcess.CPU_PERCENT)}%" for p in now.top
+                          if isinstance(p, Mapping))
+        said.append(
+            f"other processes took the host's CPU: their share rose from "
             f"{then.others_percent:.0f}% to {now.others_percent:.0f}% of it (the host "
             f"{now.busy_percent:.0f}% busy{'; the most: ' + named if named else ''}), and "
             f"this process's threads, between them, waited "
             f"{fmt.duration(now.wait_per_step(step_now))} per step for a CPU "
             f"({fmt.duration(then.wait_per_step(step_then))} before)")
+    return "; ".join(said)
+
+
+def _device_process(process: Mapping[str, Any]) -> str:
+    share = process.get(DeviceProcess.UTIL_PERCENT)
+    memory = process.get(DeviceProcess.MEM_USED_MB)
+    known = [*([f"{share:.0f}% of its compute"] if is_finite(share) else []),
+             *([fmt.megabytes(memory)] if is_finite(memory) else [])]
+    return (f"pid {process.get(DeviceProcess.PID)} {process.get(DeviceProcess.NAME) or '?'}"
+            + (f" ({', '.join(known)})" if known else ""))

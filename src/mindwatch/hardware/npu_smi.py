@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ..basics.once import OnceMessages
 from ..basics.rank import LOCAL_RANK_VARS, env_int, parse_index
 from ..observation import DeviceSample
-from .npu_smi_parse import parse_info, parse_mapping, to_device_samples
+from .npu_smi_parse import parse_info, parse_mapping, parse_processes, to_device_samples
 
 # a missing tool may still appear (a driver install finishing); a few tries cost little
 MAX_MISSING_TRIES = 3
@@ -55,16 +55,19 @@ def visible_devices_from_env(env: Mapping[str, str] | None = None) -> list[int] 
 class NpuSmiProbe:
     """``sample()`` returns one ``DeviceSample`` per NPU chip (index = logic id), never raises.
 
-    ``devices``: logic ids to keep (``None``: all). ``runner``: stands in for
-    ``subprocess.run`` (same call), for tests. ``last_error`` is the problem of the latest
+    ``devices``: logic ids to keep (``None``: all). ``own_pids``: this job's processes on the
+    NPUs (default: this one); a chip one of them runs on lists the other processes on it
+    (``DeviceSample.others``). ``runner``: stands in for ``subprocess.run`` (same call), for
+    tests. ``last_error`` is the problem of the latest
     call (``None`` when it was clean); ``disabled_reason`` says why ``enabled`` went False.
     ``interrupt()`` (from any thread) kills a call in progress and turns the probe off.
     """
 
     def __init__(self, *, devices: Sequence[int] | None = None,
                  executable: str = "npu-smi", timeout_s: float = 2.0,
-                 runner: Callable | None = None):
+                 runner: Callable | None = None, own_pids: Sequence[int] | None = None):
         self.devices = None if devices is None else {int(d) for d in devices}
+        self.own_pids = frozenset([os.getpid()] if own_pids is None else own_pids)
         self.executable = executable
         self.timeout_s = float(timeout_s)
         self.enabled = True
@@ -210,7 +213,8 @@ class NpuSmiProbe:
                              + (f" (first line: {first[:120]!r})" if first else " (empty)"),
                              key="no table")
                 return self._with_known([])
-            samples = to_device_samples(chips, self._logic_ids())
+            samples = to_device_samples(chips, self._logic_ids(), parse_processes(text),
+                                        self.own_pids)
             if self.devices is not None:
                 samples = [s for s in samples if s.index in self.devices]
             return [] if self._closed else self._with_known(samples, answered=True)

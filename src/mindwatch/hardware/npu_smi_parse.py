@@ -10,11 +10,12 @@ shortened number.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..observation import DeviceSample
+from ..records import DeviceProcess
 
 _MISSING = {"", "-", "--", "na", "n/a"}
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
@@ -57,6 +58,15 @@ class NpuChip:
     phy_id: int | None = None            # "Chip Phy-ID" header (e.g. 25.x)
     device_id: int | None = None         # "Chip Device" header (310/310P style)
     bus_id: str | None = None
+
+
+class NpuProcess(NamedTuple):
+    """One row of the process table under ``npu-smi info``'s chips."""
+    npu_id: int
+    chip_id: int
+    pid: int
+    name: str | None
+    memory_mb: float | None
 
 
 class NpuMapping(NamedTuple):
@@ -188,6 +198,33 @@ def _parse_info(text: str) -> list[NpuChip]:
     return chips
 
 
+def parse_processes(text: str) -> list[NpuProcess]:
+    """The process table after ``npu-smi info``'s chips (``NPU Chip | Process id | Process
+    name | Process memory(MB)``): one entry per row that reached its closing ``|`` with an
+    npu id, a chip id and a pid; "No running processes found" rows give none."""
+    found: list[NpuProcess] = []
+    try:
+        table = False
+        for line in (text if isinstance(text, str) else "").splitlines():
+            cells = _cells(line)
+            if cells is None:
+                continue
+            if any(c.strip().lower().startswith("process") for c in cells):
+                table = True
+                continue
+            if not table or len(cells) < 3:
+                continue
+            place = cells[0].split()
+            npu, chip = (_int(place[0]), _int(place[1])) if len(place) == 2 else (None, None)
+            pid = _int(cells[1])
+            if npu is not None and chip is not None and pid is not None:
+                found.append(NpuProcess(npu, chip, pid, _text(cells[2]),
+                                        _num(cells[3]) if len(cells) > 3 else None))
+    except Exception:  # see parse_info
+        return []
+    return found
+
+
 def parse_mapping(text: str) -> list[NpuMapping]:
     """``npu-smi info -m`` rows as (npu id, chip id, logic id, name); rows whose logic id is
     ``-`` (the MCU of 910B boards) are left out, and so is a row cut before its name."""
@@ -255,10 +292,14 @@ def parse_common(text: str) -> dict[str, Any]:
     return parse_usages(text)
 
 
-def to_device_samples(chips: Iterable[NpuChip], logic_ids=None) -> list[DeviceSample]:
+def to_device_samples(chips: Iterable[NpuChip], logic_ids=None,
+                      processes: Iterable[NpuProcess] | None = None,
+                      own_pids: Collection[int] = ()) -> list[DeviceSample]:
     """One ``DeviceSample`` per chip. ``logic_ids`` is parse_mapping's list or a dict
     ``{(npu id, chip id): logic id}``; the index is the chip's logic id (what DEVICE_ID and
-    ASCEND_RT_VISIBLE_DEVICES count) when known, else its position in ``chips``."""
+    ASCEND_RT_VISIBLE_DEVICES count) when known, else its position in ``chips``. With
+    ``processes`` (parse_processes'), a chip one of ``own_pids`` runs on gets ``others``: the
+    other processes on it (npu-smi shows their device memory, not their share of the chip)."""
     try:
         if isinstance(logic_ids, dict):
             mapping = dict(logic_ids)
@@ -275,10 +316,17 @@ def to_device_samples(chips: Iterable[NpuChip], logic_ids=None) -> list[DeviceSa
             if total == 0:      # no device has 0 MB: the tool had no reading (HBM NA on a 910)
                 used = total = None
             index = mapping.get((chip.npu_id, chip.chip_id))
+            on_chip = [p for p in processes or ()
+                       if (p.npu_id, p.chip_id) == (chip.npu_id, chip.chip_id)]
+            others = None
+            if any(p.pid in own_pids for p in on_chip):
+                others = [{DeviceProcess.PID: p.pid, DeviceProcess.NAME: p.name,
+                           DeviceProcess.MEM_USED_MB: p.memory_mb}
+                          for p in on_chip if p.pid not in own_pids]
             samples.append(DeviceSample(
                 type="npu", index=position if index is None else index,
                 util_percent=chip.aicore_percent, mem_used_mb=used, mem_total_mb=total,
-                temp_c=chip.temp_c, power_w=chip.power_w))
+                temp_c=chip.temp_c, power_w=chip.power_w, others=others))
         return samples
     except Exception:  # see parse_info
         return []

@@ -6,6 +6,7 @@ print as "MiB"/"MB"), temperature in degrees C, power in W (NVML reports milliwa
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from ..basics.numbers import to_number
 from ..basics.once import OnceMessages
 from ..basics.units import MB
 from ..observation import DeviceSample
+from .nvml_processes import GpuProcesses
 
 MW_PER_W = 1000                     # NVML reports power in milliwatts
 
@@ -29,11 +31,16 @@ class NvmlProbe:
 
     ``devices``: NVML indices to keep (``None``: all). NVML numbers GPUs in PCI bus order,
     which is not CUDA's default order, so ``CUDA_VISIBLE_DEVICES`` is not applied here.
-    ``module``: a stand-in for ``pynvml``, for tests.
+    ``own_pids``: this job's processes (default: this one); a GPU one of them runs on lists
+    the other processes on it (``nvml_processes.GpuProcesses``). ``module``: a stand-in for
+    ``pynvml``, for tests.
     """
 
-    def __init__(self, devices: Sequence[int] | None = None, module: Any = None):
+    def __init__(self, devices: Sequence[int] | None = None, module: Any = None,
+                 own_pids: Sequence[int] | None = None):
         self.devices = None if devices is None else {int(d) for d in devices}
+        self._own_pids = [os.getpid()] if own_pids is None else list(own_pids)
+        self._processes: GpuProcesses | None = None
         self.enabled = True
         self.disabled_reason: str | None = None
         self._module = module
@@ -92,6 +99,7 @@ class NvmlProbe:
             self._shutdown()
             return False
         self._handles = handles
+        self._processes = GpuProcesses(nvml, self._own_pids)
         return True
 
     def _device(self, index: int, handle: Any) -> DeviceSample:
@@ -127,7 +135,19 @@ class NvmlProbe:
             mem_used_mb=_scaled(getattr(memory, "used", None), MB),
             mem_total_mb=_scaled(getattr(memory, "total", None), MB),
             temp_c=to_number(temp),
-            power_w=_scaled(power, MW_PER_W))
+            power_w=_scaled(power, MW_PER_W),
+            others=None if len(failures) == 4 else self._others(index, handle))
+
+    def _others(self, index: int, handle: Any) -> list[dict[str, Any]] | None:
+        if self._processes is None:
+            return None
+        try:
+            return self._processes.others(index, handle)
+        except Exception as exc:
+            self._report(f"NVML cannot list the processes on GPU {index} "
+                         f"({exc.__class__.__name__}: {exc}); other processes on it are not "
+                         "known", key=f"processes {exc.__class__.__name__}")
+            return None
 
     def sample(self) -> list[DeviceSample]:
         if not self.enabled:
