@@ -1,7 +1,7 @@
 """eta_s trained for real, with the default settings: within 10% of the time left from mid-run
 to a quarter before the end, under Model.train, Model.fit with a validation set and the
 functional loop, on steady runs with state steps (their graph compiled at step 100),
-evaluations every 25 steps and ModelCheckpoint saves; the first state step's compilation does
+evaluations every 20 steps and ModelCheckpoint saves; the first state step's compilation does
 not swing it."""
 import io
 import statistics
@@ -16,8 +16,10 @@ from mindwatch.mindspore import TrainMonitor
 from mindwatch.runlog import read_rank_log
 from ms_helpers import make_regressor
 
-STEPS, EPOCH = 400, 25
-PACE_S = 0.025
+# 200 steps: mid-run is the first state step, whose graph compiles (the issue's own case);
+# 50 ms a step, above what a loaded 2-core host makes of the regressor's step and callbacks
+STEPS, EPOCH = 200, 20
+PACE_S = 0.05
 
 
 class Steady:
@@ -54,7 +56,7 @@ def _assert_within_10_percent_from_mid_run(log):
     truth = _truth(log)
     assert len(log.steps) == STEPS and log.steps[-1]["eta_s"] == 0.0
     off = {s["step"]: round(s["eta_s"] / truth[s["step"]] - 1, 3)
-           for s in log.steps if s["step"] in range(STEPS // 2, STEPS - 99, 25)}
+           for s in log.steps if s["step"] in range(STEPS // 2, STEPS * 3 // 4 + 1, 25)}
     assert max(abs(v) for v in off.values()) <= 0.1, off
 
 
@@ -80,7 +82,7 @@ def test_under_model_train_with_checkpoints_and_state_steps(tmp_path, graph_mode
     ms.train.Model(step).train(1, _dataset(Batches(STEPS)), dataset_sink_mode=False,
                                callbacks=[SteadySteps(), monitor, _saver(tmp_path)])
     log = read_rank_log(monitor.monitor.log_path)
-    assert [s["step"] for s in log.of_kind("state")] == [100, 200, 300, 400]
+    assert [s["step"] for s in log.of_kind("state")] == [100, 200]
     _assert_within_10_percent_from_mid_run(log)
     _assert_the_compilation_moved_it_by_no_more_than_itself(log)
 
@@ -107,12 +109,12 @@ def test_under_model_fit_with_evaluations_checkpoints_and_state_steps(tmp_path, 
               dataset_sink_mode=False)
     log = read_rank_log(monitor.monitor.log_path)
     assert sum(e.get("eval") is not None for e in log.of_kind("epoch")) == STEPS // EPOCH
-    assert [s["step"] for s in log.of_kind("state")] == [100, 200, 300, 400]
+    assert [s["step"] for s in log.of_kind("state")] == [100, 200]
     _assert_within_10_percent_from_mid_run(log)
     _assert_the_compilation_moved_it_by_no_more_than_itself(log)
 
 
-def test_in_the_functional_loop_with_evaluations(tmp_path, mode):
+def test_in_the_functional_loop_with_evaluations(tmp_path, graph_mode):
     net = make_regressor()
     loss_fn = nn.MSELoss()
     monitor = TrainMonitor(str(tmp_path), stream=io.StringIO(), total_steps=STEPS)
@@ -128,11 +130,11 @@ def test_in_the_functional_loop_with_evaluations(tmp_path, mode):
         outputs = step(ms.Tensor(x), ms.Tensor(y))
         steady.wait()
         monitor.observe(step=index + 1, outputs=outputs)
-        if (index + 1) % EPOCH == 0:                   # an evaluation every 25 steps
+        if (index + 1) % EPOCH == 0:                   # an evaluation every 20 steps
             for batch in range(3):
                 net(ms.Tensor(held_out[batch][0]))
                 time.sleep(0.05)
     monitor.close()
     log = read_rank_log(monitor.monitor.log_path)
-    assert [s["step"] for s in log.of_kind("state")] == [100, 200, 300, 400]
+    assert [s["step"] for s in log.of_kind("state")] == [100, 200]
     _assert_within_10_percent_from_mid_run(log)

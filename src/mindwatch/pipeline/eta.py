@@ -11,13 +11,12 @@ The wall time between step ends is split in two:
   an evaluation between epochs, a checkpoint save, a compilation, a stall). Costs of about
   one size (within ``SAME_COST`` of each other) are one kind, and a kind recurs at the median
   of its intervals (those of at least ``MIN_PERIOD`` steps: costs in consecutive steps, a
-  stall, recur at no period). Until a kind has recurred, it adds nothing: a compilation or a
-  first call moves the ETA by no more than its own duration (by nothing). After one interval
-  it is expected once more at most, unless overdue (a period seen once is a guess: two
-  compilations of about one size are no period); after two or more, and
-  while it still recurs (no more than ``LAPSE`` periods since the last), it comes every
-  period from the last until the run's end, each time at its median cost (the first left
-  out: a first call compiles).
+  stall, recur at no period). Until a kind has recurred twice (two intervals: one is no
+  period, two compilations of about one size would make one), it adds nothing: a
+  compilation or a first call moves the ETA by no more than its own duration (by nothing).
+  Then, while it still recurs (no more than ``LAPSE`` periods since the last), it comes
+  every period from the last until the run's end, each time at its median cost (the first
+  left out: a first call compiles).
 
 ``eta_s`` = steps left x pace + the expected costs. Nothing is made up: unknown until two
 steps have ended (the segment's first step end starts the clock, so its compilation is
@@ -39,7 +38,6 @@ MIN_HISTORY = 10       # durations before any step is judged slow (the pace must
 CHANGE = 10            # the latest durations that, all off the median, are a new pace
 SAME_COST = 2.0        # costs within this factor of a kind's median are that kind
 LAPSE = 2.0            # periods without the cost after which a kind no longer recurs
-GUESS_LAPSE = 1.1      # ... when its period was seen once
 MIN_PERIOD = 2         # steps: costs closer than this are a slow stretch, not a period
 RECENT = 9             # the latest costs of a kind kept
 MAX_KINDS = 16
@@ -57,16 +55,15 @@ class _Kind:
         # the median interval: an unrelated cost of the same size in between (a state
         # step's compilation beside the evaluations) does not halve it
         gaps = [b - a for a, b in pairwise(self.steps) if b - a >= MIN_PERIOD]
-        if not gaps:
+        # a period seen once is no period: two compilations of about one size are not
+        if len(gaps) < 2:
             return 0.0
         period = median(gaps)
-        # a period seen once is a guess, and a wrong one once the cost is overdue
-        if step - self.steps[-1] > (LAPSE if len(gaps) > 1 else GUESS_LAPSE) * period:
+        if step - self.steps[-1] > LAPSE * period:
             return 0.0
         # at its phase: the next one a period after the last (overdue: the next step)
         due = max(self.steps[-1] + period, step + 1)
-        coming = math.floor((step + left - due) / period) + 1 if due <= step + left else 0
-        return min(coming, 1) if len(gaps) == 1 else coming
+        return math.floor((step + left - due) / period) + 1 if due <= step + left else 0
 
     def cost(self) -> float:
         """The median cost; from the third on without the first (a first call compiles)."""
