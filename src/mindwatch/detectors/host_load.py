@@ -35,6 +35,7 @@ MIN_RISE = 1.0        # percent of the host: the other processes' share must ris
 DEVICE_SHARE = 10.0   # percent of a device's SMs: a newcomer computing on it
 KEPT = 3600           # samples (2 h at the default 2 s): the spans asked about are recent
 WAIT_S = 10.0         # the least time a drop waits for a sample that covers its slow steps
+TOP_AGE_S = 60.0      # the oldest cpu_top that still names a contention (scans are sparse)
 
 Processes = Mapping[str, Sequence[Mapping[str, Any]]]     # device label -> its others
 
@@ -54,7 +55,7 @@ class Load:
     others_percent: float       # the other processes' part of the host's CPU, mean
     busy_percent: float         # the host's CPU load, mean
     waiting: float              # seconds this process's threads waited for a CPU, per second
-    top: Sequence[Any]          # the latest ``cpu_top`` of the span (TopProcess entries)
+    top: Sequence[Any]          # the latest ``cpu_top`` up to the span's end (TopProcess)
     # the latest list of the other processes on each of this rank's devices that has one
     devices: Processes = field(default_factory=dict)
 
@@ -98,7 +99,8 @@ class HostLoad:
         ``end``), else over those that cover part of it."""
         with self._lock:
             after = [s for s in reversed(self._samples) if start <= s.start < end]
-        return _load(after) if after else self.over(start, end)
+            top = self._top_before(end)
+        return _load(after, top) if after else self.over(start, end)
 
     def over(self, start: float, end: float, *, latest: bool = True) -> Load | None:
         """The load over the samples that cover part of [start, end] (with ``latest``, the
@@ -113,10 +115,21 @@ class HostLoad:
                     samples.append(sample)
             if not samples and self._samples and latest:
                 samples = [self._samples[-1]]
-        return _load(samples) if samples else None
+            top = self._top_before(end)
+        return _load(samples, top) if samples else None
+
+    def _top_before(self, end: float) -> Sequence[Any]:
+        """The latest ``cpu_top`` up to ``end``, within ``TOP_AGE_S`` of it: the sampler
+        names the processes once a contention starts, then only now and then."""
+        for sample in reversed(self._samples):
+            if sample.end < end - TOP_AGE_S:
+                break
+            if sample.top and sample.start < end:
+                return sample.top
+        return ()
 
 
-def _load(samples: list[_Sample]) -> Load:
+def _load(samples: list[_Sample], top: Sequence[Any]) -> Load:
     """Of samples in reverse time order."""
     waits = [(s.end - s.start, s.wait) for s in samples if s.wait is not None]
     seconds = sum(span for span, _ in waits)
@@ -127,7 +140,7 @@ def _load(samples: list[_Sample]) -> Load:
     return Load(others_percent=sum(s.others for s in samples) / len(samples),
                 busy_percent=sum(s.busy for s in samples) / len(samples),
                 waiting=sum(wait for _, wait in waits) / seconds if seconds else 0.0,
-                top=next((s.top for s in samples if s.top), ()), devices=devices)
+                top=top, devices=devices)
 
 
 def newcomers(then: Load, now: Load) -> dict[str, list[Mapping[str, Any]]]:

@@ -11,16 +11,19 @@ What tells a run slowed by the host's other processes from one slowed by its own
   when other processes take them: a slowdown from contention shows here, one from the run's
   own work (a slower kernel, a sleep, I/O) does not;
 - ``cpu_top``: while the other processes take at least ``TOP_SHARE`` of the host, the
-  ``TOP`` of them that took the most since the previous such sample, each at least
-  ``TOP_PART`` of what they all took: ``{pid, name, cpu_percent}`` (percent of the host),
-  this process's own children left out.
+  ``TOP`` of them that took the most since the previous scan, each at least ``TOP_PART`` of
+  what they all took: ``{pid, name, cpu_percent}`` (percent of the host), this process's
+  own children left out. The sample where a contention starts (or the others' share grows
+  by ``TOP_SHARE``) seeds a scan, the next one names them, and then every ``TOP_EVERY_S``
+  seconds at most (null in between).
 
 The first sample of each is a baseline (null); ``sample`` never raises.
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..records import Hardware, TopProcess
@@ -28,11 +31,15 @@ from ..records import Hardware, TopProcess
 TOP_SHARE = 10.0      # percent of the host: other processes worth naming take at least this
 TOP = 3
 TOP_PART = 0.1        # of the other processes' share: the least a named one took
+# A scan of every process costs ~50 us each (~75 ms on a host of 1500): once the contention
+# has been named, at most this often (s); what it names is then the mean since the last.
+TOP_EVERY_S = 20.0
 NANOSECONDS = 1e9
 
 
 class CpuShares:
-    def __init__(self, psutil_module: Any, *, pid: int | None = None, proc: str = "/proc"):
+    def __init__(self, psutil_module: Any, *, pid: int | None = None, proc: str = "/proc",
+                 clock: Callable[[], float] = time.monotonic):
         self._psutil = psutil_module
         self._pid = os.getpid() if pid is None else pid
         self._tasks = os.path.join(proc, str(self._pid), "task")
@@ -41,7 +48,12 @@ class CpuShares:
         self._own: float | None = None                 # CPU seconds, this process + children
         self._waits: dict[str, int] = {}               # thread id -> run-queue wait, ns
         self._waited = False                           # the thread waits have a baseline
-        self._scan: tuple[float, dict[int, float]] | None = None    # (total, pid -> CPU s)
+        # the latest scan of every process: (the host's CPU s, pid -> CPU s), when it was
+        # (monotonic s) and the others' share then; whether the next sample scans again (a
+        # seed's follow-up, which names what took the CPU since)
+        self._scan: tuple[float, dict[int, float]] | None = None
+        self._scanned, self._scanned_others, self._follow = 0.0, 0.0, False
+        self._clock = clock
 
     def sample(self, total_s: float | None, host_busy_percent: float | None
                ) -> dict[str, Any]:
@@ -56,11 +68,16 @@ class CpuShares:
         self._own = own
         out[Hardware.CPU_WAIT_S] = self._wait_seconds()
         share = out[Hardware.PROCESS_CPU_PERCENT]
-        if host_busy_percent is not None and share is not None \
-                and host_busy_percent - share >= TOP_SHARE:
-            out[Hardware.CPU_TOP] = self._top(host_busy_percent - share)
-        else:
-            self._scan = None           # a scan's deltas span consecutive samples only
+        others = None if host_busy_percent is None or share is None \
+            else host_busy_percent - share
+        if others is None or others < TOP_SHARE:
+            self._scan = None           # the next contention starts its scans anew
+        elif self._scan is None or others - self._scanned_others >= TOP_SHARE:
+            self._top(others)           # a contention starts, or grows: seed a short scan
+            self._follow = True
+        elif self._follow or self._clock() - self._scanned >= TOP_EVERY_S:
+            out[Hardware.CPU_TOP] = self._top(others)
+            self._follow = False
         return out
 
     def _family(self) -> list[Any]:
@@ -120,6 +137,7 @@ class CpuShares:
             names[info["pid"]] = info.get("name") or "?"
         total = self._host_seconds()
         previous, self._scan = self._scan, (total, cpu) if total is not None else None
+        self._scanned, self._scanned_others = self._clock(), others_percent
         if previous is None or total is None or total <= previous[0]:
             return None
         span, before = total - previous[0], previous[1]
