@@ -108,17 +108,20 @@ class Event:
         return value
 
 
-def _joins(event: Event, record: Record) -> bool:
-    return (record.get(Common.RANK) == event.rank and record.get(Anomaly.STEP) == event.step
+def _joins(records: Sequence[Record], record: Record) -> bool:
+    """Whether ``record`` continues the event of ``records`` (its records so far)."""
+    first = records[0]
+    return (record.get(Common.RANK) == first.get(Common.RANK)
+            and record.get(Anomaly.STEP) == first.get(Anomaly.STEP)
             and record.get(Anomaly.ANOMALY) != HANG
-            and event.records[-1].get(Anomaly.ANOMALY) != HANG)
+            and records[-1].get(Anomaly.ANOMALY) != HANG)
 
 
 def add(events: MutableSequence[Event], record: Record) -> bool:
     """Fold one anomaly record into ``events`` (in log order): it joins the last event or
     opens a new one (returns True). The last event is replaced, never changed, so an event
     already handed out stays what it was."""
-    if events and _joins(events[-1], record):
+    if events and _joins(events[-1].records, record):
         events[-1] = Event((*events[-1].records, record))
         return False
     events.append(Event((record,)))
@@ -126,11 +129,15 @@ def add(events: MutableSequence[Event], record: Record) -> bool:
 
 
 def group(anomalies: Iterable[Record]) -> list[Event]:
-    """The events of ``anomalies`` (``anomaly`` records in log order)."""
-    events: list[Event] = []
+    """The events of ``anomalies`` (``anomaly`` records in log order). Each event is built
+    once, whatever its size (``add`` copies the growing event per record)."""
+    runs: list[list[Record]] = []
     for record in anomalies:
-        add(events, record)
-    return events
+        if runs and _joins(runs[-1], record):
+            runs[-1].append(record)
+        else:
+            runs.append([record])
+    return [Event(tuple(records)) for records in runs]
 
 
 def joined(past: Sequence[Event], recent: Iterable[Event]) -> list[Event]:
