@@ -37,18 +37,21 @@ def _size(path: str) -> int:
         return 0
 
 
-def read_logs(ranked: list[tuple[int, str]], read: Callable[[str, int], RankLog]
-              ) -> list[RankLog]:
+def read_logs(ranked: list[tuple[int, str]], read: Callable[..., RankLog],
+              states: list[bool]) -> list[RankLog]:
+    """``read(path, rank, states=states[i])`` of each ``ranked[i]`` (rank, path)."""
     workers = min(cpus(), len(ranked))
     sizes = [_size(path) for _, path in ranked]
     if workers < 2 or sum(sizes) < PARALLEL_MIN_BYTES:
-        return [read(path, rank) for rank, path in ranked]
+        return [read(path, rank, states=keep) for (rank, path), keep in
+                zip(ranked, states, strict=True)]
     # The largest logs first, so that no worker is left with a big one at the end.
     order = sorted(range(len(ranked)), key=lambda i: -sizes[i])
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(_method()),
                                initializer=_ignore_interrupts)
     try:
-        futures = {i: pool.submit(read, ranked[i][1], ranked[i][0]) for i in order}
+        futures = {i: pool.submit(read, ranked[i][1], ranked[i][0], states=states[i])
+                   for i in order}
         return [futures[i].result() for i in range(len(ranked))]
     finally:
         pool.shutdown(cancel_futures=True)     # after an error: the other ranks need not finish

@@ -3,11 +3,13 @@ few records the views show whole.
 
 ``RankScan`` holds the step fields of ``fast.STEP_FIELDS`` as columns (``columns.py``), the
 hardware samples as short columns placed on the step axis, the ``state`` records as columns
-(``states.py``), every ``anomaly`` and ``rewind`` record, the latest ``run`` record, the
-``end`` record of the latest segment, the count of withheld updates, and each run segment's
-share of these (``segments.py``), found in the same pass. ``summary`` and ``report`` read
-nothing else, so a long run costs them its columns (~60 bytes a step), not a dict per record
-(~1.5 KB a step).
+(``states.py``; only where the reader keeps them, and counted everywhere), every ``anomaly``
+and ``rewind`` record, the latest ``run`` record, the ``end`` record of the latest segment,
+the count of withheld updates, and each run segment's share of these (``segments.py``),
+found in the same pass. ``summary`` and ``report`` read nothing else, so a long run costs
+them its columns (~60 bytes a step), not a dict per record (~1.5 KB a step). A scan for
+``summary`` (``charts=False``) leaves out what only the report's charts draw: the columns
+of ``CHART_FIELDS`` and the hardware samples.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from operator import truth
 from typing import Any
 
 from .. import records
-from ..records import Common, Device, Hardware, Step, device_label
+from ..records import Common, Device, Hardware, State, Step, device_label
 from .batch import Batch
 from .columns import FLOAT, INT, Column, Columns, field_values, revived
 from .fast import DEVICE_FIELDS, HOST_FIELDS, STEP_FIELDS
@@ -31,7 +33,13 @@ X = "x"             # a hardware series' step positions, beside its field column
 TYPE = Device.TYPE
 # Step fields whose median (one value per step, finite ones) ``summary`` quotes per rank.
 MEDIAN_FIELDS = (Step.TOKENS_PER_S, Step.MFU)
-_TYPECODES = {name: INT if name == Step.STEP else FLOAT for name in STEP_FIELDS}
+# Step fields that only the report's charts read (not summary's figures).
+CHART_FIELDS = (Step.LR, Step.GRAD_NORM, Step.SAMPLES_PER_S)
+
+
+def _typecodes(charts: bool) -> dict[str, str]:
+    return {name: INT if name == Step.STEP else FLOAT for name in STEP_FIELDS
+            if charts or name not in CHART_FIELDS}
 
 
 @dataclass
@@ -39,6 +47,7 @@ class RankScan:
     steps: dict[str, Column]                   # STEP_FIELDS -> one value per step record
     hardware: dict[str, list[Any]]             # X and HOST_FIELDS -> one per sample
     devices: dict[str, dict[str, list[Any]]]   # "npu0" -> X and DEVICE_FIELDS
+    # (steps: without CHART_FIELDS, hardware and devices: empty, in a scan without charts)
     anomalies: list[Record] = field(default_factory=list)
     rewinds: list[Record] = field(default_factory=list)
     run: Record | None = None                  # the latest `run` record
@@ -50,6 +59,8 @@ class RankScan:
     step_time_median: float | None = None
     medians: dict[str, float | None] = field(default_factory=dict)     # of MEDIAN_FIELDS
     states: StateColumns = field(default_factory=StateColumns)          # `state` records
+    # The state records with a step (those ``states`` holds when kept), kept or not.
+    state_count: int = 0
     # In file order, at least one once finished; the last is the latest segment.
     segments: list[Segment] = field(default_factory=list)
 
@@ -59,10 +70,13 @@ class RankScan:
 
 
 class Scanner:
-    """Folds batches of records (``batch.Batch``), in file order, into a ``RankScan``."""
+    """Folds batches of records (``batch.Batch``), in file order, into a ``RankScan``.
+    ``states``: keep the ``state`` records as columns (else only count them); ``charts``:
+    keep what only the report's charts draw (module docstring)."""
 
-    def __init__(self) -> None:
-        self._columns = Columns(_TYPECODES)
+    def __init__(self, *, states: bool = True, charts: bool = True) -> None:
+        self._keep_states, self._charts = states, charts
+        self._columns = Columns(_typecodes(charts))
         self._hardware: list[tuple[int, Any]] = []      # (steps before it, record)
         self._count = 0
         self.scan = RankScan(steps=self._columns.data, hardware={}, devices={})
@@ -73,7 +87,8 @@ class Scanner:
         if batch.steps:
             self._columns.extend(batch.steps)
             skipped = field_values(batch.steps, Step.SKIPPED)
-        self._hardware += [(self._count + before, item) for before, item in batch.hardware]
+        if self._charts:
+            self._hardware += [(self._count + before, item) for before, item in batch.hardware]
         done = 0                 # the batch's steps counted into a segment's withheld updates
         for record, before in zip(batch.others, batch.others_at, strict=True):
             kind = record.get(Common.KIND)
@@ -91,8 +106,12 @@ class Scanner:
                 scan.segments.append(Segment(start=self._count + before))
             elif kind == records.END:
                 scan.end = self._segment().end = record
-            elif kind == records.STATE:
-                scan.states.add(record)
+        for item in batch.states:
+            step = item.get(State.STEP) if type(item) is dict else item.step
+            if type(step) is int:               # what StateColumns.add takes
+                scan.state_count += 1
+                if self._keep_states:
+                    scan.states.add(item)
         if skipped:
             self._count_skipped(skipped[done:] if done else skipped)
         self._count += len(batch.steps)
