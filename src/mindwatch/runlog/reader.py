@@ -184,7 +184,9 @@ def read_run(directory: str, *, states: str = ALL, charts: bool = True) -> RunLo
     from .parallel import read_logs
     # FIRST: rank order's first log is kept, the usual holder of the first state records.
     keep = [states == ALL or (states == FIRST and index == 0) for index in range(len(ranked))]
-    logs = read_logs(ranked, partial(read_rank_log, charts=charts), keep)
+    # FIRST: that log read here, beside the workers: its state columns are never pickled
+    logs = read_logs(ranked, partial(read_rank_log, charts=charts), keep,
+                     local=0 if states == FIRST else None)
     if states == FIRST:
         holder = next((i for i, log in enumerate(logs) if log.scan.state_count), None)
         if holder is not None and not keep[holder]:     # the first rank had none: read again

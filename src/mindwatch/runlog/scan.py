@@ -77,9 +77,9 @@ class Scanner:
     def __init__(self, *, states: bool = True, charts: bool = True) -> None:
         self._keep_states, self._charts = states, charts
         self._columns = Columns(_typecodes(charts))
-        self._hardware: list[tuple[int, Any]] = []      # (steps before it, record)
         self._count = 0
-        self.scan = RankScan(steps=self._columns.data, hardware={}, devices={})
+        self.scan = RankScan(steps=self._columns.data, devices={},
+                             hardware={name: [] for name in (X, *HOST_FIELDS)})
 
     def add(self, batch: Batch) -> None:
         scan = self.scan
@@ -87,8 +87,8 @@ class Scanner:
         if batch.steps:
             self._columns.extend(batch.steps)
             skipped = field_values(batch.steps, Step.SKIPPED)
-        if self._charts:
-            self._hardware += [(self._count + before, item) for before, item in batch.hardware]
+        if self._charts and batch.hardware:
+            self._place(batch.hardware)
         done = 0                 # the batch's steps counted into a segment's withheld updates
         for record, before in zip(batch.others, batch.others_at, strict=True):
             kind = record.get(Common.KIND)
@@ -112,9 +112,38 @@ class Scanner:
                 scan.state_count += 1
                 if self._keep_states:
                     scan.states.add(item)
+        if self._keep_states:
+            scan.states.flush()                 # a chunk's rows, cut into the columns now
         if skipped:
             self._count_skipped(skipped[done:] if done else skipped)
         self._count += len(batch.steps)
+
+    def _place(self, hardware: list[tuple[int, Any]]) -> None:
+        """A batch's hardware samples into the scan's series, each at the step logged last
+        before it (0 before the first step), so that every panel shares the step axis. Now,
+        not at the end: a sample's record then never outlives its chunk (a run's thousands
+        of small records, kept to the end, pinned the memory of every chunk)."""
+        scan, steps = self.scan, self._columns.data[Step.STEP]
+        items = [item for _, item in hardware]
+        xs = [steps[self._count + before - 1] if self._count + before else 0
+              for before, _ in hardware]
+        scan.hardware[X] += xs
+        for name in HOST_FIELDS:
+            scan.hardware[name] += revived(field_values(items, name), name)[0]
+        # ``devices`` that is not a list, or an entry that is not an object, holds nothing
+        # to draw (records.problems accepts them: it checks a list's objects only).
+        placed = [(x, device) for x, found in zip(xs, field_values(items, Hardware.DEVICES),
+                                                  strict=True) if isinstance(found, list)
+                  for device in found if type(device) is dict or hasattr(device, TYPE)]
+        by_label: dict[str, list[tuple[Any, Any]]] = {}
+        for x, device in placed:
+            by_label.setdefault(device_label(device), []).append((x, device))
+        for label, pairs in by_label.items():
+            devices = [device for _, device in pairs]
+            series = scan.devices.setdefault(label, {name: [] for name in (X, *DEVICE_FIELDS)})
+            series[X] += [x for x, _ in pairs]
+            for name in DEVICE_FIELDS:
+                series[name] += revived(field_values(devices, name), name)[0]
 
     def _segment(self) -> Segment:
         """The segment being read; one from the first step when no ``run`` record opened one
@@ -135,8 +164,7 @@ class Scanner:
         self.add(batch)
 
     def finish(self) -> RankScan:
-        """Places each hardware sample at the step logged last before it, so that every panel
-        shares the step axis (0 before the first step)."""
+        """The step axis's figures: segments' bounds, medians."""
         scan = self.scan
         scan.steps = self._columns.data
         self._segment()
@@ -150,23 +178,6 @@ class Scanner:
             finite = [v for v in index.values(scan.steps[name])
                       if type(v) in (int, float) and math.isfinite(v)]
             scan.medians[name] = statistics.median(finite) if finite else None
-        items = [item for _, item in self._hardware]
-        xs = [steps[count - 1] if count else 0 for count, _ in self._hardware]
-        scan.hardware = {X: xs, **{name: revived(field_values(items, name), name)[0]
-                                   for name in HOST_FIELDS}}
-        # ``devices`` that is not a list, or an entry that is not an object, holds nothing
-        # to draw (records.problems accepts them: it checks a list's objects only).
-        placed = [(x, device) for x, found in zip(xs, field_values(items, Hardware.DEVICES),
-                                                  strict=True) if isinstance(found, list)
-                  for device in found if type(device) is dict or hasattr(device, TYPE)]
-        by_label: dict[str, list[tuple[Any, Any]]] = {}
-        for x, device in placed:
-            by_label.setdefault(device_label(device), []).append((x, device))
-        for label, pairs in by_label.items():
-            devices = [device for _, device in pairs]
-            scan.devices[label] = {X: [x for x, _ in pairs], **{
-                name: revived(field_values(devices, name), name)[0] for name in DEVICE_FIELDS}}
-        self._hardware = []
         return scan
 
 

@@ -47,7 +47,7 @@ class StateColumns:
     def series(self) -> dict[str, dict[str, array]]:
         """quantity -> name -> its column (ABSENT where a record had no value, up to the
         last value the name has; ``column`` pads it to every record)."""
-        self._flush_all()
+        self.flush()
         return self._series
 
     def __len__(self) -> int:
@@ -62,7 +62,7 @@ class StateColumns:
         return f"StateColumns(steps={self.steps!r}, series={self.series!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        self._flush_all()                          # a worker hands back plain columns
+        self.flush()                               # a worker hands back plain columns
         return self.__dict__
 
     def add(self, record: Mapping[str, Any]) -> None:
@@ -139,7 +139,9 @@ class StateColumns:
                 column.extend([ABSENT] * (block.start - len(column)))
             column.extend(block.values[index::width])
 
-    def _flush_all(self) -> None:
+    def flush(self) -> None:
+        """Every pending row into the columns. The reader calls it after each chunk, so
+        the rows of a run's records never stand beside their columns in memory."""
         for quantity in list(self._rows):
             self._flush(quantity)
 
