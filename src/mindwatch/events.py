@@ -144,11 +144,11 @@ def joined(past: Sequence[Event], recent: Iterable[Event]) -> list[Event]:
     """The events of ``past``'s records followed by ``recent``'s: the first of ``recent``
     continues the last of ``past`` when both are of one rank and step (the live view reads
     a log's older records and its tail apart, and may cut an event in two)."""
-    events = list(past)
-    for event in recent:
-        for record in event.records:
-            add(events, record)
-    return events
+    events, later = list(past), list(recent)
+    if events and later and _joins(events[-1].records, later[0].records[0]):
+        # every record of that event has its first's rank and step, and none is a hang
+        events[-1] = Event(events[-1].records + later.pop(0).records)
+    return events + later
 
 
 def acted(event: Event) -> str:

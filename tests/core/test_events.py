@@ -67,6 +67,9 @@ def test_an_event_cut_between_two_reads_is_joined():
     events = joined(past, recent)
     assert [[r["anomaly"] for r in e.records] for e in events] == [["a"], ["b", "c"], ["d"]]
     assert [r["anomaly"] for r in past[1].records] == ["b"]     # the parts are left as they were
+    hung = joined(group([_anomaly("hang", 2)]), group([_anomaly("c", 2), _anomaly("d", 2)]))
+    assert [[r["anomaly"] for r in e.records] for e in hung] == [["hang"], ["c", "d"]]
+    assert len(joined(group([_anomaly("a", 2)]), group([_anomaly("b", 2, rank=1)]))) == 2
 
 
 def _hot(clock):
