@@ -3,8 +3,12 @@ one plain ``json.loads`` pass over the same lines, and with TensorBoard's EventA
 
 The run is generated on the fly into a temporary directory, one process per rank: RANKS x
 STEPS step records with every field the monitor writes (MindSpore adapter: loss scale, data
-time), a hardware record every 2 s of simulated time with one NPU each, an epoch record every
-10,000 steps, two anomalies (rank 0 and the last rank), and an end record; every line through
+time), a ``state`` record every STATE_INTERVAL steps (the default ``state_interval``) shaped
+like an LLM's under Adam (a layer is a parameter name minus its last part: BLOCKS decoder
+blocks of nine layers, the embedding, the final norm and the head; per layer the weight,
+update, gradient and both moment norms and the ratio, float32 values), a hardware record
+every 2 s of simulated time with one NPU each, an epoch record every 10,000 steps, two
+anomalies (rank 0 and the last rank), and an end record; every line through
 ``mindwatch.records.encode``, so the format is the writer's. Each measurement runs in a fresh
 child process (``--child``), which reports its wall time and the peak RSS of itself and of
 its largest worker (``getrusage``); ratios are against the ``json.loads`` pass of this run.
@@ -25,7 +29,7 @@ are for the full size: a quick run (``--ranks 2 --steps 20000``) is mostly inter
 start-up and imports (~0.15 s), which the ratios then show.
 
     python benchmarks/views.py [--ranks 8] [--steps 200000] [--rounds 3] [--tb-steps 20000]
-                               [--baseline-src DIR]
+                               [--blocks 24] [--baseline-src DIR]
 
 ``--baseline-src DIR``: also time the views of another source tree (``DIR/mindwatch``, e.g.
 a checkout from before a change) on the same run; ``MINDWATCH_JSON=json`` in the
@@ -39,6 +43,7 @@ import multiprocessing
 import os
 import random
 import resource
+import struct
 import subprocess
 import sys
 import tempfile
@@ -51,6 +56,12 @@ RSS_GOAL_MB = 500
 WATCH_GOAL_S = 1.0
 HTML_GOAL_MB = 10
 START = 1_700_000_000.0                     # simulated wall clock, Unix seconds
+STATE_INTERVAL = 100                        # the state_interval setting's default
+BLOCKS = 24                                 # decoder blocks of the simulated model
+# A Llama-like decoder block's layers (parameter names minus ".weight"/".bias").
+BLOCK_LAYERS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
+                "post_attention_layernorm")
 
 
 def _config() -> dict:
@@ -59,8 +70,35 @@ def _config() -> dict:
             "hardware_interval_s": 2.0, "on_anomaly": "warn"}
 
 
-def write_rank(path: str, rank: int, ranks: int, steps: int) -> None:
+def layer_names(blocks: int) -> list[str]:
+    return (["model.embed_tokens"]
+            + [f"model.layers.{b}.{layer}" for b in range(blocks) for layer in BLOCK_LAYERS]
+            + ["model.norm", "lm_head"])
+
+
+def _f32(value: float) -> float:
+    """The float32 nearest ``value``, as the state probe's float32 vector gives it."""
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def state_fields(rng: random.Random, names: list[str], step: int) -> dict:
+    """A ``state`` record's fields (docs/log-format.md#state) under an Adam-like optimizer."""
+    layers, weights, updates = {}, 0.0, 0.0
+    for index, name in enumerate(names):
+        weight = _f32(10.0 + index % 7 + rng.random())
+        update = _f32(weight * 1e-3 * (0.5 + rng.random()))
+        weights, updates = weights + weight * weight, updates + update * update
+        layers[name] = {"weight_norm": weight, "update_norm": update,
+                        "update_ratio": _f32(update / weight),
+                        "grad_norm": _f32(0.1 + rng.random()),
+                        "m_norm": _f32(0.01 * rng.random()), "v_norm": _f32(1e-5 * rng.random())}
+    return {"step": step, "weight_norm": _f32(weights ** 0.5),
+            "update_norm": _f32(updates ** 0.5), "layers": layers}
+
+
+def write_rank(path: str, rank: int, ranks: int, steps: int, blocks: int = BLOCKS) -> None:
     rng = random.Random(rank)
+    names = layer_names(blocks)
     now, smooth, next_sample = START, None, START + 2.0
     spike, explode = (steps * 2 // 5, 0), (steps * 7 // 10, ranks - 1)
     lines = [records.encode({
@@ -84,6 +122,9 @@ def write_rank(path: str, rank: int, ranks: int, steps: int) -> None:
                 "lr": 3e-4 * min(1.0, step / 2000), "grad_norm": grad, "step_time_s": step_time,
                 "skipped": False, "steps_covered": 1, "samples_per_s": 32 / step_time,
                 "loss_scale": 65536.0, "data_time_s": 0.002 * rng.random()}))
+            if blocks and step % STATE_INTERVAL == 0:       # right after its step record
+                lines.append(records.encode({"kind": "state", "rank": rank, "time": now,
+                                             **state_fields(rng, names, step)}))
             if (step, rank) in (spike, explode):
                 kind = "loss_spike" if (step, rank) == spike else "gradient_explode"
                 lines.append(records.encode({
@@ -116,8 +157,9 @@ def write_rank(path: str, rank: int, ranks: int, steps: int) -> None:
         handle.write("\n".join(lines) + "\n")
 
 
-def generate(run_dir: str, ranks: int, steps: int) -> None:
-    jobs = [(os.path.join(run_dir, f"rank_{r}.jsonl"), r, ranks, steps) for r in range(ranks)]
+def generate(run_dir: str, ranks: int, steps: int, blocks: int = BLOCKS) -> None:
+    jobs = [(os.path.join(run_dir, f"rank_{r}.jsonl"), r, ranks, steps, blocks)
+            for r in range(ranks)]
     with multiprocessing.Pool(min(ranks, os.cpu_count() or 1)) as pool:
         pool.starmap(write_rank, jobs)
 
@@ -297,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
                         "wall time is shown, and the largest RSS")
     parser.add_argument("--tb-steps", type=int, default=20_000,
                         help="steps per rank written to TensorBoard (0: skip TensorBoard)")
+    parser.add_argument("--blocks", type=int, default=BLOCKS,
+                        help=f"decoder blocks of the simulated model's state records (9 layers "
+                        f"each, plus 3; default {BLOCKS}); 0: no state records")
     parser.add_argument("--baseline-src", metavar="DIR",
                         help="also time the views of the mindwatch package in DIR")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
@@ -310,10 +355,12 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = os.path.join(tmp, "run")
         os.mkdir(run_dir)
         began = time.perf_counter()
-        generate(run_dir, args.ranks, args.steps)
+        generate(run_dir, args.ranks, args.steps, args.blocks)
         size = sum(os.path.getsize(os.path.join(run_dir, n)) for n in os.listdir(run_dir))
-        print(f"run: {args.ranks} ranks x {args.steps:,} steps, {size / 1e6:.1f} MB of JSONL "
-              f"(generated in {time.perf_counter() - began:.1f} s); parser: {parser_name}; "
+        states = (f"state records every {STATE_INTERVAL} steps of "
+                  f"{len(layer_names(args.blocks))} layers" if args.blocks else "no state records")
+        print(f"run: {args.ranks} ranks x {args.steps:,} steps, {states}, {size / 1e6:.1f} MB of "
+              f"JSONL (generated in {time.perf_counter() - began:.1f} s); parser: {parser_name}; "
               f"{os.cpu_count()} CPUs; median of {args.rounds} rounds")
         html = os.path.join(tmp, "report.html")
         plan = {"json.loads pass": ("json", None), "summary": ("summary", None),

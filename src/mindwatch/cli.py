@@ -150,9 +150,10 @@ def _summary(args: argparse.Namespace) -> int:
     """
     _existing_dir("RUN_DIR", args.run_dir)
     from .report.summary import render_text, summarize
-    from .runlog import RunLogError, read_run
+    from .runlog import NONE, RunLogError, read_run
     try:
-        result = summarize(read_run(args.run_dir))
+        # it shows no state record and draws no chart
+        result = summarize(read_run(args.run_dir, states=NONE, charts=False))
     except RunLogError as exc:
         raise CliError(str(exc)) from exc
     print(json.dumps(result, indent=2, default=str) if args.json else render_text(result))
@@ -214,9 +215,10 @@ def _report(args: argparse.Namespace) -> int:
     from .report.html import write_html
     from .report.png import write_pngs
     from .report.runs import run_labels
-    from .runlog import RunLogError, read_run
+    from .runlog import FIRST, NONE, RunLogError, read_run
     try:
-        runs = [read_run(path) for path in dirs]
+        # a run's page draws the first rank's state records; the comparison page none
+        runs = [read_run(path, states=FIRST if len(dirs) == 1 else NONE) for path in dirs]
     except RunLogError as exc:
         raise CliError(str(exc)) from exc
     labels = run_labels(dirs)
@@ -317,10 +319,10 @@ def _demo(args: argparse.Namespace) -> int:
                       policy=args.policy)
     print(f"run directory: {result.run_dir}")
     from .report.html import write_html
-    from .runlog import RunLogError, read_run
+    from .runlog import FIRST, RunLogError, read_run
     report = os.path.join(result.run_dir, "report.html")
     try:
-        write_html(read_run(result.run_dir), report)
+        write_html(read_run(result.run_dir, states=FIRST), report)
     except (OSError, RunLogError) as exc:
         # Training succeeded: its log, checkpoints and anomaly reports are there. The page
         # can be made later with `mindwatch report`, so this is no failure of the demo.

@@ -390,9 +390,11 @@ class Monitor:
         if skip_notice is not None:
             self.notice(skip_notice)
         found = self._replays.review(obs, self.peers.attribute(obs, found))
-        self._actions.act(self.rewinds.review(obs.step, found))  # "rewind" ones: settle
-        if self._current.segment.pending:
-            found.extend(self._actions.act_on_pending())
+        # the sampler thread's findings held for this step end are acted on with the step's
+        # own, in one write: the console shows them as one event when they share the step
+        pending = self._actions.take_pending() if self._current.segment.pending else []
+        self._actions.act(self.rewinds.review(obs.step, found) + pending)  # "rewind": settle
+        found.extend(pending)
         self._hardware.drain_messages()
         return found
 

@@ -233,6 +233,9 @@ class Anomaly(Fields):
     # runs out at the current rate
     MEMORY = optional("memory")
     PROJECTED_EXHAUSTION_S = optional("projected_exhaustion_s", nonfinite=True)
+    # a withheld step computed again (decisions/replays.py): what that says of the cause,
+    # one sentence, the same on every anomaly of the step
+    REPLAY_VERDICT = optional("replay_verdict")
 
 
 class Notice(Fields):

@@ -109,7 +109,7 @@ def test_anomalies_and_a_crash_are_both_named(tmp_path):
     code, text, result = _summary(run_dir)
     assert code == 1
     assert result["verdict"] == "1 ANOMALY, NO END RECORD (running or crashed)"
-    assert "step 2: loss_nonfinite [warn]" in text
+    assert "loss_nonfinite at step 2: loss is nan at step 2 [warn]" in text
 
 
 def test_one_rank_that_did_not_end_spoils_the_run(tmp_path):

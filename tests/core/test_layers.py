@@ -8,7 +8,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "mindwatch"
 # Lowest first: a module may import from its own layer and the ones before it.
 LAYERS = [
-    {"basics"}, {"records"}, {"anomaly", "policy", "observation", "version"}, {"sinks"},
+    {"basics"}, {"records"}, {"anomaly", "policy", "observation", "version", "events"}, {"sinks"},
     {"settings"}, {"detectors", "hardware", "runlog"}, {"recovery"}, {"framework"},
     {"pipeline"}, {"decisions"}, {"ranks"}, {"background"}, {"monitor", "__init__"},
     {"report"}, {"mindspore"}, {"mindformers"}, {"cli"},

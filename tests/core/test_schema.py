@@ -106,7 +106,8 @@ def test_declarations_derive_the_tables():
                              "lr_groups", "layer_grad_norms", "data_time_s", "loss_scale",
                              "tokens_per_s", "mfu", "local_grad_norm", "eta_s")
     assert Anomaly.OPTIONAL == ("where", "layer", "origin_rank", "origin_host", "origin_device",
-                                "cause", "ranks", "memory", "projected_exhaustion_s")
+                                "cause", "ranks", "memory", "projected_exhaustion_s",
+                                "replay_verdict")
     assert Run.OPTIONAL == ("log_path", "total_steps", "argv", "wrapped", "mode",
                             "device_target", "dataset_sink_mode", "sdc_detection")
     assert Epoch.OPTIONAL == ("loss_change", "converging", "nonfinite_losses", "eval")

@@ -71,7 +71,9 @@ def test_a_one_shot_fault_is_a_transient_fault_and_training_goes_on(tmp_path, mo
                      (FAULT, "transient_fault")]
     transient = log.anomalies[-1]
     assert transient["actions"] == ["warn"] and "rank 0 (host " in transient["message"]
-    assert "came out healthy" in log.anomalies[0]["message"]
+    assert "came out healthy" in log.anomalies[0]["replay_verdict"]
+    assert [a.get("replay_verdict") for a in log.anomalies[1:]] == [
+        log.anomalies[0]["replay_verdict"], None]        # the step's verdict; not the fault's
     assert log.end["reason"] == "completed" and len(log.steps) == STEPS
     # the update stayed withheld: from the fault on the runs differ by that one update
     assert {s["step"]: s["loss"] for s in log.steps}[FAULT + 1] != {
@@ -87,7 +89,7 @@ def test_a_poisoned_batch_fails_again_bit_identically_and_is_named(tmp_path, mod
     assert "transient_fault" not in [a["anomaly"] for a in log.anomalies]
     first = log.anomalies[0]
     assert (f"bit-identical: the batch (step {FAULT} of epoch 1) or the model's state is "
-            "the cause") in first["message"]
+            "the cause") in first["replay_verdict"]
 
 
 def test_the_report_of_a_stopping_anomaly_says_what_the_replay_found(tmp_path):
@@ -111,9 +113,9 @@ def test_model_fit_names_the_batch_in_its_epoch(tmp_path):
     log = read_rank_log(str(tmp_path / "rank_0.jsonl"))
     replays = log.of_kind("replay")
     assert [r["step"] for r in replays] == [3, 7] and all(r["reproduced"] for r in replays)
-    messages = [a["message"] for a in log.anomalies if a["anomaly"] == "loss_nonfinite"]
-    assert "the batch (step 3 of epoch 1)" in messages[0]
-    assert "the batch (step 3 of epoch 2)" in messages[1]
+    verdicts = [a["replay_verdict"] for a in log.anomalies if a["anomaly"] == "loss_nonfinite"]
+    assert "the batch (step 3 of epoch 1)" in verdicts[0]
+    assert "the batch (step 3 of epoch 2)" in verdicts[1]
 
 
 def test_healthy_steps_are_never_replayed_and_replay_can_be_off(tmp_path):
@@ -123,6 +125,7 @@ def test_healthy_steps_are_never_replayed_and_replay_can_be_off(tmp_path):
                  regression_dataset(n=STEPS * BATCH, nan_at=FAULT), on_anomaly="warn",
                  replay=False)
     assert off.of_kind("replay") == [] and "computed again" not in off.anomalies[0]["message"]
+    assert "replay_verdict" not in off.anomalies[0]
 
 
 def test_the_functional_loop(tmp_path, pynative_mode):     # the tutorials' @ms.jit style

@@ -5,6 +5,7 @@ import math
 import os
 import re
 
+from event_rows import expected_events
 from PIL import Image
 from test_html import embedded_data
 
@@ -100,8 +101,13 @@ def test_anomalies_and_settings_say_which_run(two_runs):
     assert [(["lr-high", "lr-low"][a["run"]], a["step"], a["rank"], a["kind"])
             for a in data["anomalies"]] == expected
     table = re.findall(r'<tr data-run="([^"]+)" data-step="(\d+)" data-rank="(\d+)" '
-                       r'data-kind="(\w+)"><td>([^<]+)</td>', page)
-    assert [(r, int(s), int(k), kind) for r, s, k, kind, _ in table] == expected
+                       r'data-kind="([\w ]+)"><td>([^<]+)</td>', page)
+    # one row per event: a step's anomalies on one rank
+    events = [(label, step, rank, " ".join(kinds))
+              for label, run in zip(["lr-high", "lr-low"], runs, strict=True)
+              for log in run.ranks for step, rank, kinds in expected_events(log.anomalies)]
+    assert [(r, int(s), int(k), kind) for r, s, k, kind, _ in table] == events
+    assert len(events) < len(expected)                  # an explosion is several anomalies
     assert all(r == first for r, *_, first in table)           # the run is the first cell
     assert ("lr-low", 40, 1, "gradient_explode") in expected
     assert ("lr-high", 60, 0, "loss_nonfinite") in expected

@@ -74,7 +74,7 @@ def lines(draw):
     text = json.dumps(record, ensure_ascii=draw(st.booleans()))
     raw = text.encode("utf-8")
     damage = draw(st.sampled_from(["none", "none", "cut", "byte", "nan", "dup", "deep",
-                                   "space", "big"]))
+                                   "space", "big", "wide"]))
     if damage == "cut":
         raw = raw[:draw(st.integers(0, len(raw)))]
     elif damage == "byte":
@@ -88,6 +88,11 @@ def lines(draw):
     elif damage == "deep":
         depth = draw(st.sampled_from([10, 249, 250, 300, 600, 1200]))
         raw = raw[:1] + b'"deep": ' + b"[" * depth + b"]" * depth + b", " + raw[1:]
+    elif damage == "wide":          # many brackets, shallow or not, some of them in strings
+        depth = draw(st.sampled_from([1, 2, 124, 125, 248, 249, 250, 260]))
+        inner = draw(st.sampled_from([b"[]", b'{"a": "]["}', b'"\\\\"']))
+        raw = raw[:1] + b'"wide": [' + b"[" * depth + b"]" * depth + b"," \
+            + b",".join([inner] * 300) + b"], " + raw[1:]
     elif damage == "space":
         raw = b" \t" + raw + b" \r"
     elif damage == "big":

@@ -5,6 +5,10 @@ hundred layers over a million steps."""
 import base64
 import math
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mindwatch.report import heatmaps
 from mindwatch.report.heatmaps import (
     INF,
     MAX_COLUMNS,
@@ -83,3 +87,36 @@ def test_a_hundred_layers_over_a_million_steps_is_small():
     assert len(found["rows"]) == 100 and found["columns"] == MAX_COLUMNS
     assert len(found["cells"]) == 4 * math.ceil(100 * MAX_COLUMNS / 3)     # 80 KB of base64
     assert found["steps"][-1] == [998_400, 1_000_000]
+
+
+def _cell_by_cell(states, quantity):
+    """The heatmap's cells as _bin_value and _code give them, one cell at a time."""
+    names = sorted(states.series[quantity], key=heatmaps._natural)
+    edges = bin_edges(len(states.steps), min(len(states.steps), MAX_COLUMNS))
+    grid = [[heatmaps._bin_value(states.column(quantity, name)[edges[b]:edges[b + 1]])
+             for b in range(len(edges) - 1)] for name in names]
+    logs = [math.log10(v) for row in grid for v in row if 0 < v < math.inf]
+    low, high = (min(logs), max(logs)) if logs else (0.0, 1.0)
+    if high == low:
+        low, high = low - 0.5, high + 0.5
+    return [heatmaps._code(v, low, high - low) for row in grid for v in row]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 1500), st.lists(st.sampled_from(
+    ["plain", "tiny", "nan", "inf", "zero", "negative", "gap", "wide"]), min_size=1, max_size=5))
+def test_plain_rows_taken_in_c_give_the_cells_of_cell_by_cell(count, kinds):
+    """Rows of positive numbers (binned with C's max, coded in one expression) and rows with
+    NaN, inf, zero, negatives or gaps (cell by cell) give the cells of _bin_value/_code."""
+    def value(kind, i):
+        plain = 1e-3 * (1 + (i * 7919) % 97)
+        special = {"nan": math.nan, "inf": math.inf, "zero": 0.0, "negative": -plain,
+                   "gap": None}
+        if kind in special and i % 53 == 5:
+            return special[kind]
+        return {"tiny": plain * 1e-30, "wide": plain * 10 ** (i % 9)}.get(kind, plain)
+    layers = {f"layer{n}.{kind}": (lambda i, kind=kind: value(kind, i))
+              for n, kind in enumerate(kinds)}
+    states = _states(list(range(10, 10 * (count + 1), 10)), layers)
+    found = heatmap(states, "update_ratio", "ratio", 0, [])
+    assert _cells(found) == _cell_by_cell(states, "update_ratio")

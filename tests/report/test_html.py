@@ -1,4 +1,5 @@
 """The HTML report and PNGs: content equals the log, text is escaped, size stays bounded."""
+import html
 import io
 import json
 import math
@@ -7,6 +8,7 @@ import re
 import time
 
 import pytest
+from event_rows import expected_events
 from PIL import Image, ImageStat
 
 from mindwatch import Monitor
@@ -100,8 +102,10 @@ def test_embedded_data_equals_the_log(run):
 
 def test_anomaly_table_lists_the_log(run, tmp_path):
     page = render_html(run)
-    rows = re.findall(r'<tr data-step="(\d+)" data-rank="(\d+)" data-kind="(\w+)">', page)
-    expected = [(str(a["step"]), str(a["rank"]), a["anomaly"]) for a in run.anomalies]
+    rows = re.findall(r'<tr data-step="(\d+)" data-rank="(\d+)" data-kind="([\w ]+)">', page)
+    # one row per event (a step's anomalies on one rank), its kinds the acting one's first
+    expected = [(str(step), str(rank), " ".join(kinds))
+                for step, rank, kinds in expected_events(run.anomalies)]
     assert rows == expected and len(rows) >= 2
     kinds = {a["anomaly"] for a in run.anomalies}
     assert {"loss_nonfinite", "gradient_explode"} <= kinds
@@ -109,7 +113,15 @@ def test_anomaly_table_lists_the_log(run, tmp_path):
     links = re.findall(r'<a href="([^"]+)">', page)
     assert links == ["anomalies/step50_rank0.md"]
     assert os.path.exists(os.path.join(run.directory, links[0]))
-    assert "checkpoint, stop" in page
+    explosion = [a for a in run.anomalies if a["step"] == 50]
+    assert len(explosion) >= 2 and explosion[0]["anomaly"] == "gradient_explode"
+    # its row: the kinds, the message of the anomaly that acted, its actions (no checkpoint:
+    # the framework-free Monitor knows no weights)
+    assert explosion[0]["checkpoint"] is None
+    line = (f'{", ".join(a["anomaly"] for a in explosion)} at step 50: '
+            f'{explosion[0]["message"]} [checkpoint+stop]')
+    assert f'<td class="msg">{html.escape(line)}</td>' in page
+    assert f"<h2>Anomalies ({len(run.anomalies)} anomalies in {len(rows)} events)</h2>" in page
 
 
 def test_links_resolve_from_another_folder(run, tmp_path):

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from mindwatch.runlog import RunLogError, parallel, read_run
+from mindwatch.runlog import FIRST, RunLogError, parallel, read_run
 
 
 def _run(directory, ranks=3, steps=300):
@@ -71,3 +71,36 @@ def test_with_other_threads_running_no_fork(tmp_path, in_processes):
         stop.set()
         thread.join()
     assert in_processes == ["forkserver"] and run.ranks[1].scan.step_count == 300
+
+
+def test_the_report_reads_its_states_rank_here_beside_the_workers(tmp_path, monkeypatch,
+                                                                   in_processes):
+    """read_run(states=FIRST): rank 0's log, whose state columns the report draws, is read
+    in this process while the workers read the others; the result, errors included, is
+    still the sequential one."""
+    monkeypatch.setattr(parallel.threading, "active_count", lambda: 1)
+    _run(tmp_path, ranks=3)
+    submitted = []
+    made = parallel.ProcessPoolExecutor                # in_processes' counting one
+
+    def counted(*args, **kwargs):
+        pool = made(*args, **kwargs)
+        submit = pool.submit
+
+        def count(fn, path, rank, **options):
+            submitted.append(rank)
+            return submit(fn, path, rank, **options)
+        pool.submit = count
+        return pool
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", counted)
+    first = read_run(str(tmp_path), states=FIRST)
+    assert sorted(submitted) == [1, 2]                 # rank 0 read here
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 10**12)
+    assert _seen(first) == _seen(read_run(str(tmp_path), states=FIRST))
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    (tmp_path / "rank_1.jsonl").write_text("not a log\n")
+    with pytest.raises(RunLogError, match=r"rank_1\.jsonl"):      # a worker's, after rank 0
+        read_run(str(tmp_path), states=FIRST)
+    (tmp_path / "rank_0.jsonl").write_text("not a log either\n")
+    with pytest.raises(RunLogError, match=r"rank_0\.jsonl"):      # this process's, first
+        read_run(str(tmp_path), states=FIRST)

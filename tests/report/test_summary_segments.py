@@ -59,7 +59,7 @@ def test_a_clean_resume_after_an_anomaly_stop_is_healthy(tmp_path, clock, capsys
         f"{run}: HEALTHY (the latest of 2 segments; 1 anomaly in earlier ones)",
         "  rank 0: 10 steps, completed in 2.00 s; loss 1 -> 0.8978 (smoothed)",
         "    segment 1 (steps 1-6, stopped in 3.00 s), earlier: loss 3 -> 1.25; 1 anomaly",
-        "      step 6: loss_nonfinite [checkpoint, stop] loss is nan at step 6",
+        "      loss_nonfinite at step 6: loss is nan at step 6 [checkpoint+stop]",
         "    segment 2 (steps 7-10, completed in 2.00 s), latest: loss 1 -> 0.5; no anomaly"]
     assert (result["verdict"], result["healthy"], result["anomalies"]) == ("HEALTHY", True, 0)
     assert (result["segments"], result["earlier_anomalies"]) == (2, 1)
@@ -72,7 +72,12 @@ def test_a_clean_resume_after_an_anomaly_stop_is_healthy(tmp_path, clock, capsys
         "end": "stopped", "elapsed_s": 3.0, "first_loss": 3.0, "last_loss": 1.25,
         "last_loss_smooth": first["last_loss_smooth"], "skipped_steps": 0, "rewinds": [],
         "anomalies": [{"anomaly": "loss_nonfinite", "step": 6, "actions": ["checkpoint", "stop"],
-                       "message": "loss is nan at step 6"}]}
+                       "message": "loss is nan at step 6"}],
+        "events": [{"step": 6, "kinds": ["loss_nonfinite"], "actions": ["checkpoint", "stop"],
+                    "checkpoint": None, "report": first["events"][0]["report"],
+                    "message": "loss is nan at step 6", "replay_verdict": None,
+                    "line": "loss_nonfinite at step 6: loss is nan at step 6 [checkpoint+stop]"}]}
+    assert first["events"][0]["report"].endswith("step6_rank0.json")
     assert (latest["segment"], latest["latest"], latest["first_step"], latest["last_step"],
             latest["first_loss"], latest["last_loss"], latest["anomalies"]) == (
         2, True, 7, 10, 1.0, 0.5, [])
@@ -90,7 +95,7 @@ def test_an_anomaly_in_the_latest_segment_is_the_verdict(tmp_path, clock, capsys
     assert text.splitlines()[2:] == [
         "    segment 1 (steps 1-3, completed in 1.50 s), earlier: loss 3 -> 1; no anomaly",
         "    segment 2 (steps 4-6, completed in 1.50 s), latest: loss 0.9 -> 0.7; 1 anomaly",
-        "      step 5: loss_nonfinite [warn] loss is nan at step 5"]
+        "      loss_nonfinite at step 5: loss is nan at step 5 [warn]"]
     [rank] = result["ranks"]
     assert [(a["anomaly"], a["step"]) for a in rank["anomalies"]] == [("loss_nonfinite", 5)]
     assert _ranges(rank) == [(1, 3, "completed"), (4, 6, "completed")]
@@ -139,7 +144,7 @@ def test_each_ranks_verdict_is_its_latest_segment(tmp_path, make_clock, capsys):
             for s in result["ranks"][1]["segments"]] == [[("loss_nonfinite", 2)], []]
     assert [r["first_loss"] for r in result["ranks"]] == [0.9, 0.9]
     assert result["spread"]["step"] == 7
-    assert "      step 2: loss_nonfinite [warn] loss is nan at step 2" in text.splitlines()
+    assert "      loss_nonfinite at step 2: loss is nan at step 2 [warn]" in text.splitlines()
 
 
 def test_withheld_updates_are_counted_in_their_own_segment(tmp_path, clock, capsys):
@@ -163,7 +168,7 @@ def test_a_run_of_one_segment_says_nothing_of_segments(tmp_path, clock, capsys):
     assert code == 1 and text.splitlines() == [
         f"{run}: 1 ANOMALY",
         "  rank 0: 3 steps, completed in 1.50 s; loss 3 -> 2.8 (smoothed)",
-        "    step 2: loss_nonfinite [warn] loss is nan at step 2"]
+        "    loss_nonfinite at step 2: loss is nan at step 2 [warn]"]
     assert (result["segments"], result["earlier_anomalies"]) == (1, 0)
     assert _ranges(result["ranks"][0]) == [(1, 3, "completed")]
 

@@ -328,8 +328,10 @@ def test_watch_into_a_file_cuts_no_row(tmp_path):
     assert [line.split()[:6] for line in devices] == [
         [str(rank), "42%", "12.5", "GB", "2.2", "GB"] for rank in range(8)]
     message = [line for line in lines if LONG_MESSAGE in line]
-    assert len(message) == 1 and message[0].split()[:6] == [
-        "3", "7", "overheat", "97", "checkpoint,", "stop"]
+    # one row per event: the rank, then its line (kinds, step, message, actions)
+    assert len(message) == 1 and message[0].split()[:5] == [
+        "7", "overheat", "at", "step", "3:"]
+    assert message[0].rstrip().endswith(f"{LONG_MESSAGE} [checkpoint+stop]")
     assert max(map(len, lines)) == len(message[0])           # as wide as its widest row
 
 

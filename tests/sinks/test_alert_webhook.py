@@ -1,5 +1,6 @@
 """Alerts POSTed to a real local HTTP server: what is sent, in which shape, and that a dead or
 slow webhook neither raises into training nor slows it."""
+import math
 import os
 import socket
 import threading
@@ -7,7 +8,8 @@ import time
 
 import pytest
 
-from mindwatch import Monitor
+from mindwatch import FrameworkHooks, Monitor
+from mindwatch.observation import ReplayOutcome
 from mindwatch.runlog import read_rank_log
 from mindwatch.sinks.alert import QUEUE_SIZE, AlertSink, wants_alert
 from webhook_service import SECRET, Webhook
@@ -86,6 +88,24 @@ def test_a_stopping_anomaly_is_posted_once_in_the_chosen_shape(tmp_path, clock, 
     mon.close()                                      # the stop is an abnormal end: one more
     assert len(hook.wait_for(2)) == 2
     assert SECRET not in (tmp_path / "rank_0.jsonl").read_text()    # the URL is redacted
+
+
+def test_an_alert_of_a_replayed_step_says_the_replays_verdict(tmp_path, clock, stream,
+                                                               webhook):
+    """The verdict is a field of its own in the record; the alert, read alone, ends its
+    message with it."""
+    hook = webhook()
+    mon = Monitor(str(tmp_path), clock=clock, stream=stream, hardware_interval_s=None,
+                  alert_webhook=hook.url, framework=FrameworkHooks(
+                      replay=lambda: ReplayOutcome(loss=math.nan, grad_norm=2.0,
+                                                   healthy=False)))
+    mon.observe(step=1, loss=1.0, grad_norm=1.0)
+    mon.observe(step=2, loss=math.nan, grad_norm=2.0, skipped=True)
+    [body] = hook.wait_for(1)
+    record = read_rank_log(str(tmp_path / "rank_0.jsonl")).of_kind("anomaly")[0]
+    assert record["anomaly"] == "loss_nonfinite" and "bit-identical" in record["replay_verdict"]
+    assert body["message"] == f"{record['message']}; {record['replay_verdict']}"
+    mon.close()
 
 
 def test_warn_only_anomalies_and_a_completed_run_post_nothing(tmp_path, clock, stream, webhook):

@@ -10,6 +10,7 @@ from .. import records
 from ..anomaly import Anomaly
 from ..basics import format as fmt
 from ..basics.run_dir import unused_report_stem, write_text_atomically
+from ..events import detail
 from ..records import Anomaly as Record
 from ..records import Common, Step
 
@@ -86,7 +87,8 @@ def _markdown(body: Mapping[str, Any]) -> str:
     lines = [
         f"# Anomaly: {body[Record.ANOMALY]} at step {body[Record.STEP]} "
         f"({where + '; ' if where else ''}rank {body[Common.RANK]})", "",
-        body[Record.MESSAGE], "",
+        # the replay's verdict (a field of its own in the JSON) read on after the message
+        detail(body[Record.MESSAGE], body.get(Record.REPLAY_VERDICT)), "",
         f"- value: {fmt.number(body[Record.VALUE])}",
         f"- threshold: {fmt.number(body[Record.THRESHOLD])}",
         f"- actions taken: {', '.join(body[Record.ACTIONS]) or 'none'}",

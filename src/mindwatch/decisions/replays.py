@@ -6,8 +6,8 @@ framework's ``replay`` hook (the train step's ordinary graph, its update withhel
 it finds: no compile, and nothing at all on the steps that were not withheld). Then:
 
 - bit-identical loss and gradient norm: the computation is deterministic and the batch or the
-  model's state is the cause; the step's anomalies say so, naming the batch's place in its
-  epoch, and the policy goes on as for any anomaly;
+  model's state is the cause; the step's anomalies say so (``replay_verdict``), naming the
+  batch's place in its epoch, and the policy goes on as for any anomaly;
 - healthy (within every bound the update was held to): the first result came from elsewhere,
   a transient fault of this device (silent data corruption, a flaky link), anomaly
   ``transient_fault`` naming rank, host and device; the update stays withheld;
@@ -17,6 +17,11 @@ it finds: no compile, and nothing at all on the steps that were not withheld). T
 
 Under data parallelism every rank withholds the same steps (the verdict is shared in the
 graph), so every rank replays them and the replay's collectives pair up.
+
+The verdict is one sentence in the ``replay_verdict`` field of each of the step's anomalies
+(not appended to each message): every record, report and alert of the step still carries
+it, and a view that shows the step's anomalies as one event (``mindwatch.events``) says it
+once.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from .. import records
 from ..anomaly import TRANSIENT_FAULT, Anomaly
 from ..basics import format as fmt
 from ..observation import ReplayOutcome, StepObservation
+from ..records import Anomaly as AnomalyRecord
 from ..records import Replay
 
 
@@ -75,12 +81,12 @@ class Replays:
         where = f"step {epoch_step} of epoch {obs.epoch}" if obs.epoch is not None \
             else f"step {obs.step}"
         if reproduced:
-            note = (f"; computed again on the same batch and weights it came out "
-                    f"bit-identical: the batch ({where}) or the model's state is the cause, "
-                    f"not the device")
+            verdict = (f"computed again on the same batch and weights it came out "
+                       f"bit-identical: the batch ({where}) or the model's state is the cause, "
+                       f"not the device")
         elif outcome.healthy:
-            note = (f"; computed again on the same batch and weights it came out healthy "
-                    f"({numbers}): see transient_fault")
+            verdict = (f"computed again on the same batch and weights it came out healthy "
+                       f"({numbers}): see transient_fault")
             # the rank whose own gradients went bad (origin_rank), else this one
             origin = next((a for a in found if a.origin_rank is not None), None)
             rank, place = (self._rank, self._place) if origin is None else (
@@ -92,13 +98,13 @@ class Replays:
                 f"device {place[1]}) is likely (silent data corruption or a flaky link); the "
                 "update stays withheld", origin_rank=rank, origin_place=place))
         else:
-            note = (f"; computed again on the same batch and weights it failed again, though "
-                    f"not bit-identically ({numbers}: dropout, or kernels that are not "
-                    f"deterministic here): the batch ({where}) or the model's state is the "
-                    "likely cause, not a transient fault")
+            verdict = (f"computed again on the same batch and weights it failed again, "
+                       f"though not bit-identically ({numbers}: dropout, or kernels that are "
+                       f"not deterministic here): the batch ({where}) or the model's state is "
+                       "the likely cause, not a transient fault")
         for anomaly in found:
             if anomaly.kind != TRANSIENT_FAULT:
-                anomaly.message += note
+                anomaly.fields[AnomalyRecord.REPLAY_VERDICT] = verdict
         return found
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..basics import format as fmt
 from ..basics.run_dir import write_text_atomically
+from ..events import counts
 from ..records import Anomaly, Common
 from ..runlog import RunLog
 from . import html as page  # the building blocks of a one-run page: one look for both
@@ -92,10 +93,11 @@ def render_compare(runs: list[RunLog], labels: list[str], *, max_points: int = 2
                           for index, found in enumerate(anomalies)
                           for a in found[:MAX_ANOMALY_ROWS]]}
     rows = [run_row(label, found) for label, found in zip(labels, scans, strict=True)]
-    anomaly_rows = [row for label, run, found in zip(labels, runs, anomalies, strict=True)
-                    for row in page._anomaly_rows(run, found, base, label)]
+    events = [page.scan_events(found) for found in scans]
+    anomaly_rows = [row for label, run, found in zip(labels, runs, events, strict=True)
+                    for row in page._event_rows(run, found, base, label)]
     more = [f"{label}: {len(found) - MAX_ANOMALY_ROWS}" for label, found in
-            zip(labels, anomalies, strict=True) if len(found) > MAX_ANOMALY_ROWS]
+            zip(labels, events, strict=True) if len(found) > MAX_ANOMALY_ROWS]
     title = "mindwatch report: " + " vs ".join(labels)
     verdict = f"{total} anomalies" if total else "no anomalies"
     ranks = sum(len(run.ranks) for run in runs)
@@ -117,10 +119,10 @@ def render_compare(runs: list[RunLog], labels: list[str], *, max_points: int = 2
                 "torn tail", "skipped lines"],
                [row for label, found in zip(labels, scans, strict=True)
                 for row in page._rank_rows(found, label)]),
-        f"<h2>Anomalies ({total})</h2>",
-        page._table(["run", "step", "rank", "kind", "value", "threshold", "actions", "message",
-                "report"], anomaly_rows, "anomalies") if total else "<p>None.</p>",
-        f"<p>More anomalies are in the run logs ({_esc(', '.join(more))}).</p>" if more else "",
+        f"<h2>Anomalies ({_esc(counts(total, sum(map(len, events))))})</h2>",
+        page._table(["run", *page.EVENT_COLUMNS], anomaly_rows, "anomalies") if total
+        else "<p>None.</p>",
+        f"<p>More events are in the run logs ({_esc(', '.join(more))}).</p>" if more else "",
         comparison_recovery(labels, scans, page._table, page._cell),
         "<h2>Settings and versions</h2>",
         "<p>Rows where the runs differ are highlighted.</p>",

@@ -7,6 +7,11 @@ averaged away; NaN and +inf win over any number), and the cells travel as one by
 base64: 100 layers x 600 bins is 80 KB of page per quantity. Drawn by heatmap.js on a canvas.
 Only the first rank with state records is drawn: under data parallelism the weights, the
 updates and the moments are the same on every rank.
+
+A few hundred layers make some 800k cells: a row whose values are all plain positive numbers
+(the usual row) is binned with C's ``max`` over each bin's slice and coded in one expression
+per cell; any other row (a NaN, an inf, a zero, a gap) cell by cell (``_bin_value``,
+``_code``). The cells are the same either way.
 """
 from __future__ import annotations
 
@@ -62,6 +67,23 @@ def _bin_value(values: Sequence[float]) -> float:
     return math.nan if nan else best
 
 
+def _bins(values: Sequence[float], edges: list[int], columns: int) -> tuple[list[float], bool]:
+    """A row's bins (``_bin_value`` of each), and whether every one is a positive number
+    below +inf (a plain row). Without NaN, a bin's value is its slice's ``max`` (ABSENT
+    is -inf, below every value; +inf wins), taken in C."""
+    if any(map(math.isnan, values)):
+        row = [_bin_value(values[edges[b]:edges[b + 1]]) for b in range(columns)]
+        return row, False
+    row = [max(values[edges[b]:edges[b + 1]]) for b in range(columns)]
+    return row, bool(row) and min(row) > 0 and max(row) < math.inf
+
+
+def _plain_codes(row: list[float], low: float, span: float) -> list[int]:
+    """``_code`` of each value of a plain row (positive numbers below +inf)."""
+    return [TOP if code > TOP else 0 if code < 0 else code
+            for code in map(round, [(math.log10(value) - low) / span * TOP for value in row])]
+
+
 def _code(value: float, low: float, span: float) -> int:
     if value == ABSENT:
         return NO_DATA
@@ -83,16 +105,22 @@ def heatmap(states: StateColumns, quantity: str, title: str, rank: int,
     steps = states.steps
     columns = min(len(steps), max_columns)
     edges = bin_edges(len(steps), columns)
-    grid = []
-    for name in names:
-        values = states.column(quantity, name)
-        grid.append([_bin_value(values[edges[b]:edges[b + 1]]) for b in range(columns)])
-    logs = [math.log10(v) for row in grid for v in row if 0 < v < math.inf]
-    low, high = (min(logs), max(logs)) if logs else (0.0, 1.0)
+    binned = [_bins(states.column(quantity, name), edges, columns) for name in names]
+    # the extremes of log10 over the positive numbers below +inf: a plain row's in C
+    extremes: list[float] = []
+    for row, plain in binned:
+        logs = list(map(math.log10, row)) if plain else [
+            math.log10(v) for v in row if 0 < v < math.inf]
+        if logs:
+            extremes += (min(logs), max(logs))
+    low, high = (min(extremes), max(extremes)) if extremes else (0.0, 1.0)
     if high == low:                 # one value throughout: the middle of a decade around it
         low, high = low - 0.5, high + 0.5
     span = high - low
-    cells = bytes(_code(value, low, span) for row in grid for value in row)
+    cells = bytearray()
+    for row, plain in binned:
+        cells += bytes(_plain_codes(row, low, span) if plain else
+                       [_code(value, low, span) for value in row])
     rows = {name: i for i, name in enumerate(names)}
     marks: list[dict[str, Any]] = []
     ticks: list[dict[str, Any]] = []
@@ -114,7 +142,7 @@ def heatmap(states: StateColumns, quantity: str, title: str, rank: int,
         "id": f"heat-{quantity}", "title": f"{title} (rank {rank}, log colour scale)",
         "rows": names, "columns": columns,
         "steps": [[steps[edges[b]], steps[edges[b + 1] - 1]] for b in range(columns)],
-        "cells": base64.b64encode(cells).decode("ascii"),
+        "cells": base64.b64encode(bytes(cells)).decode("ascii"),
         # log10 of the colours' ends, and their labels
         "scale": [low, low + span], "labels": [fmt.number(10 ** low), fmt.number(10 ** high)],
         "marks": marks, "ticks": ticks[:MAX_MARKS]}

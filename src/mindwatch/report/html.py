@@ -23,6 +23,7 @@ from .. import records
 from ..anomaly import HANG
 from ..basics import format as fmt
 from ..basics.run_dir import write_text_atomically
+from ..events import Event, counts, event_line, group
 from ..records import Anomaly, Common, End, Run, Step
 from ..runlog import RunLog
 from .heatmaps import build_heatmaps
@@ -66,27 +67,38 @@ def _table(headers: Iterable[str], rows: Iterable[str], css: str = "") -> str:
            "</table>"
 
 
-def _anomaly_rows(run: RunLog, anomalies, link_base: str, label: str | None = None
-                  ) -> list[str]:
-    """The anomaly table's rows; ``label``: the run's, a first cell (a page of several runs)."""
+# The anomaly table's columns: one row per event (a step's anomalies on one rank).
+EVENT_COLUMNS = ["step", "rank", "event", "report"]
+
+
+def scan_events(scans: list[Scanned]) -> list[Event]:
+    """The anomalies of ``scans`` as events (``mindwatch.events``), rank by rank, each
+    segment's apart (a resumed run may log a step twice)."""
+    return [event for scanned in scans for segment in scanned.scan.segments
+            for event in group(segment.anomalies)]
+
+
+def _event_rows(run: RunLog, events: list[Event], link_base: str, label: str | None = None
+                ) -> list[str]:
+    """The anomaly table's rows, one per event, its line as the console prints it;
+    ``label``: the run's, a first cell (a page of several runs). ``data-kind`` holds the
+    event's kinds, separated by spaces."""
     rows = []
     first = "" if label is None else f"<td>{_esc(label)}</td>"
     run_attr = "" if label is None else f' data-run="{_esc(label)}"'
 
-    for a in anomalies[:MAX_ANOMALY_ROWS]:
+    for event in events[:MAX_ANOMALY_ROWS]:
         link = fmt.MISSING
-        if a.get(Anomaly.REPORT):
-            stem = os.path.splitext(os.path.basename(str(a[Anomaly.REPORT])))[0]
+        if event.report:
+            stem = os.path.splitext(os.path.basename(str(event.report)))[0]
             target = os.path.join(run.directory, "anomalies", stem + ".md")
             href = os.path.relpath(target, link_base).replace(os.sep, "/")
             link = f'<a href="{_esc(href)}">{_esc(stem)}.md</a>'
-        step, rank, kind = a.get(Anomaly.STEP), a.get(Common.RANK), a.get(Anomaly.ANOMALY)
-        cells = [step, rank, kind, a.get(Anomaly.VALUE), a.get(Anomaly.THRESHOLD),
-                 ", ".join(a.get(Anomaly.ACTIONS) or [])]
+        step, rank = event.step, event.rank
         rows.append(f'<tr{run_attr} data-step="{_esc(str(step))}" '
-                    f'data-rank="{_esc(str(rank))}" data-kind="{_esc(str(kind))}">' + first
-                    + "".join(f"<td>{_cell(c)}</td>" for c in cells)
-                    + f'<td class="msg">{_cell(a.get(Anomaly.MESSAGE))}</td><td>{link}</td></tr>')
+                    f'data-rank="{_esc(str(rank))}" data-kind="{_esc(" ".join(event.kinds))}">'
+                    + first + f"<td>{_cell(step)}</td><td>{_cell(rank)}</td>"
+                    + f'<td class="msg">{_cell(event_line(event))}</td><td>{link}</td></tr>')
     return rows
 
 
@@ -150,6 +162,7 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
         scans = scan_logs(run)
         panels = build_panels(run, max_points, scans)
         anomalies = [a for scanned in scans for a in scanned.scan.anomalies]
+        events = scan_events(scans)
         heatmaps = build_heatmaps(scans, anomalies)
     pairs = settings_pairs(run_settings(scans))
     data = {"panels": panels, "heatmaps": heatmaps,
@@ -158,7 +171,7 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
                            Anomaly.MESSAGE: a.get(Anomaly.MESSAGE)}
                           for a in anomalies[:MAX_ANOMALY_ROWS]]}
     config_rows = [f"<tr><td>{_esc(str(k))}</td><td>{_cell(v)}</td></tr>" for k, v in pairs]
-    more = len(anomalies) - MAX_ANOMALY_ROWS
+    more = len(events) - MAX_ANOMALY_ROWS
     title = f"mindwatch report: {run.directory}"
     verdict = f"{len(anomalies)} anomalies" if anomalies else "no anomalies"
     parts = [
@@ -176,11 +189,10 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
         _table(["rank", "host", "pid", "last step", "end", "elapsed", "anomalies", "torn tail",
                 "skipped lines"],
                _rank_rows(scans)),
-        f'<h2>Anomalies ({len(anomalies)})</h2>',
-        _table(["step", "rank", "kind", "value", "threshold", "actions", "message", "report"],
-               _anomaly_rows(run, anomalies, link_base or run.directory), "anomalies")
-        if anomalies else "<p>None.</p>",
-        f"<p>{more} more anomalies are in the run log.</p>" if more > 0 else "",
+        f'<h2>Anomalies ({_esc(counts(len(anomalies), len(events)))})</h2>',
+        _table(EVENT_COLUMNS, _event_rows(run, events, link_base or run.directory),
+               "anomalies") if anomalies else "<p>None.</p>",
+        f"<p>{more} more events are in the run log.</p>" if more > 0 else "",
         recovery_section(scans, _table, _cell),
         "<h2>Settings and versions</h2>", _table(["setting", "value"], config_rows, "config"),
         "</main>",

@@ -19,6 +19,7 @@ from typing import Any
 from .. import records
 from ..anomaly import HANG
 from ..basics import format as fmt
+from ..events import counts, group, summary_entry
 from ..records import Anomaly, Common, End, Rewind, Step
 from ..runlog import RankScan, RunLog
 from ..runlog.segments import Segment
@@ -26,8 +27,9 @@ from ..runlog.steps import StepIndex, last_common_step
 from .spread import STATS, min_median_max
 
 HEALTHY, ANOMALIES = 0, 1
-# Summary keys that are not record fields: a rank's end reason, the anomalies found.
-_END, _ANOMALIES = records.END, "anomalies"
+# Summary keys that are not record fields: a rank's end reason, the anomalies found, and
+# the same anomalies as events (one per step: mindwatch.events), which the text lists.
+_END, _ANOMALIES, _EVENTS = records.END, "anomalies", "events"
 THROUGHPUT = "throughput"            # median tokens/s and MFU per device
 NO_END = "running or crashed (no end record)"
 # An earlier segment with no `end` record is not running: a later one began after it.
@@ -69,6 +71,7 @@ def summarize(run: RunLog) -> dict[str, Any]:
             "skipped_lines": log.skipped,
             "skipped_at": list(log.skipped_at),
             _ANOMALIES: _anomalies(latest),
+            _EVENTS: _events(latest),
             _SEGMENTS: [_segment(number, segment, len(scan.segments))
                         for number, segment in enumerate(scan.segments, start=1)],
         })
@@ -96,6 +99,10 @@ def _anomalies(segment: Segment) -> list[dict[str, Any]]:
     return [{name: a.get(name) for name in ANOMALY_FIELDS} for a in segment.anomalies]
 
 
+def _events(segment: Segment) -> list[dict[str, Any]]:
+    return [summary_entry(event) for event in group(segment.anomalies)]
+
+
 def _rewinds(segment: Segment) -> list[dict[str, Any]]:
     return [{name: r.get(name) for name in REWIND_FIELDS} for r in segment.rewinds]
 
@@ -117,7 +124,7 @@ def _segment(number: int, segment: Segment, count: int) -> dict[str, Any]:
             "first_loss": segment.first_loss, "last_loss": segment.last_loss,
             "last_loss_smooth": segment.last_loss_smooth,
             "skipped_steps": segment.skipped_steps, "rewinds": _rewinds(segment),
-            _ANOMALIES: _anomalies(segment)}
+            _ANOMALIES: _anomalies(segment), _EVENTS: _events(segment)}
 
 
 def _throughput(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -175,12 +182,12 @@ def render_text(summary: dict[str, Any]) -> str:
             + _throughput_note(rank)
             + (f"; {skipped_note(rank['skipped_lines'], rank['skipped_at'])}"
                if rank["skipped_lines"] else ""))
-        if len(rank[_SEGMENTS]) == 1:
-            lines += [f"    {_anomaly_text(a)}" for a in rank[_ANOMALIES]]
+        if len(rank[_SEGMENTS]) == 1:          # one line per event (mindwatch.events)
+            lines += [f"    {event['line']}" for event in rank[_EVENTS]]
         else:           # each segment with its own anomalies, the latest one's included
             for segment in rank[_SEGMENTS]:
                 lines.append(f"    {_segment_text(segment)}")
-                lines += [f"      {_anomaly_text(a)}" for a in segment[_ANOMALIES]]
+                lines += [f"      {event['line']}" for event in segment[_EVENTS]]
     throughput = summary.get(THROUGHPUT)
     if throughput and len(summary["ranks"]) > 1:
         lines.append(_throughput_note(throughput, "  per device, median over ranks: "))
@@ -197,11 +204,6 @@ def render_text(summary: dict[str, Any]) -> str:
                          + "/".join(fmt.duration(spread[Step.STEP_TIME_S][s]) for s in STATS))
         lines.append("  " + "; ".join(parts))
     return "\n".join(lines)
-
-
-def _anomaly_text(anomaly: dict[str, Any]) -> str:
-    return (f"step {anomaly[Anomaly.STEP]}: {anomaly[Anomaly.ANOMALY]} "
-            f"[{', '.join(anomaly[Anomaly.ACTIONS] or [])}] {anomaly[Anomaly.MESSAGE]}")
 
 
 def _segments_note(summary: dict[str, Any]) -> str:
@@ -227,7 +229,7 @@ def _segment_text(segment: dict[str, Any]) -> str:
         parts.append(f"{fmt.count(segment['skipped_steps'], 'update')} withheld")
     if segment["rewinds"]:
         parts.append(fmt.count(len(segment["rewinds"]), "rewind"))
-    parts.append(fmt.count(len(segment[_ANOMALIES]), "anomaly", "anomalies")
+    parts.append(counts(len(segment[_ANOMALIES]), len(segment[_EVENTS]))
                  if segment[_ANOMALIES] else "no anomaly")
     return (f"segment {segment['segment']} ({where}, {ending}), "
             f"{'latest' if segment['latest'] else 'earlier'}: " + "; ".join(parts))

@@ -32,6 +32,7 @@ from rich.text import Text
 from .. import records
 from ..anomaly import HANG
 from ..basics import format as fmt
+from ..events import event_line
 from ..records import (
     Activation,
     Anomaly,
@@ -97,7 +98,7 @@ def _status(state: RankState) -> Text:
     if state.end is not None:
         reason = state.end.get(End.REASON)
         return Text(str(reason), style="green" if reason == records.COMPLETED else "red")
-    hang = state.anomalies[-1] if state.anomalies else None
+    hang = state.last_anomaly
     if hang is not None and hang.get(Anomaly.ANOMALY) == HANG and (
             state.step is None or state.step.get(Step.STEP, 0) <= (hang.get(Anomaly.STEP) or 0)):
         # No step has ended since the watchdog reported: the rank is still stuck.
@@ -154,6 +155,27 @@ def _throughput(step: Mapping[str, Any]) -> str:
     return fmt.token_rate(tokens, step.get(Step.MFU))
 
 
+def _last_events(ranks: Mapping[int, RankState]) -> Table | None:
+    """The last anomalies of every rank, one row per event (a step's anomalies on one rank,
+    ``mindwatch.events``), the latest last; None when there was none."""
+    events = sorted((e for rs in ranks.values() for e in list(rs.events)[-LAST_ANOMALIES:]),
+                    key=lambda e: (e.records[0].get(Common.TIME) or 0, e.rank)
+                    )[-LAST_ANOMALIES:]
+    if not events:
+        return None
+    count = sum(rs.anomaly_count for rs in ranks.values())
+    grouped = sum(rs.event_count for rs in ranks.values())
+    events_note = "" if grouped == count else f", {fmt.count(grouped, 'event')}"
+    recent = Table(title=f"last anomalies ({count} in all{events_note})",
+                   box=box.SIMPLE_HEAD, header_style="bold red", title_justify="left",
+                   pad_edge=False, expand=True)
+    recent.add_column("rank", no_wrap=True)
+    recent.add_column("event")
+    for event in events:
+        recent.add_row(str(event.rank), Text(event_line(event)))   # text, not markup
+    return recent
+
+
 def render(state: WatchState, *, elapsed_s: float | None = None, final: bool = False):
     """The whole view for the current state, as one rich renderable."""
     if not state.exists:
@@ -199,20 +221,8 @@ def render(state: WatchState, *, elapsed_s: float | None = None, final: bool = F
     inside = _inside_the_model(ranks)
     if inside is not None:
         parts.append(inside)
-    anomalies = sorted((a for rs in ranks.values() for a in rs.anomalies),
-                       key=lambda a: (a.get(Common.TIME) or 0, a.get(Common.RANK))
-                       )[-LAST_ANOMALIES:]
-    count = sum(rs.anomaly_count for rs in ranks.values())
-    if anomalies:
-        recent = Table(title=f"last anomalies ({count} in all)", box=box.SIMPLE_HEAD,
-                       header_style="bold red", title_justify="left", pad_edge=False,
-                       expand=True)
-        for name in ("step", "rank", "kind", "value", "actions", "message"):
-            recent.add_column(name, no_wrap=name != "message")
-        for a in anomalies:
-            recent.add_row(str(a.get(Anomaly.STEP)), str(a.get(Common.RANK)),
-                           str(a.get(Anomaly.ANOMALY)), fmt.number(a.get(Anomaly.VALUE)),
-                           ", ".join(a.get(Anomaly.ACTIONS) or []), str(a.get(Anomaly.MESSAGE)))
+    recent = _last_events(ranks)
+    if recent is not None:
         parts.append(recent)
     ended = sum(1 for rs in ranks.values() if rs.end is not None)
     where = f"{state.run_dir}: {len(ranks)}/{fmt.count(state.world_size, 'rank')}, {ended} ended"

@@ -1,7 +1,7 @@
 """What the live view shows (``mindwatch watch``), folded from records: per rank the latest
 ``run`` record and the ``end`` of its latest segment, the latest step and hardware sample, the
-recent losses, the latest state record (inside the model) and the last anomalies with their
-count.
+recent losses, the latest state record (inside the model) and the last anomalies as events
+(one per step, ``mindwatch.events``) with their counts.
 
 Records come in two streams (``runlog.follower``): ``update`` gets each log's tail and then
 what is appended to it, ``update_history`` what lies before the tail, read later. The view is
@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import records
+from ..events import Event, add, joined
 from ..records import Common, Run, Step
 
 SPARK_WIDTH = 16
-LAST_ANOMALIES = 5
+LAST_ANOMALIES = 5          # events shown, each a step's anomalies
 
 
 @dataclass
@@ -30,8 +31,12 @@ class RankState:
     state: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
     losses: deque[float | None] = field(default_factory=lambda: deque(maxlen=SPARK_WIDTH))
-    anomalies: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=LAST_ANOMALIES))
+    # the last events: one more than shown, as a last event a later record continues
+    # counts once
+    events: deque[Event] = field(default_factory=lambda: deque(maxlen=LAST_ANOMALIES + 1))
     anomaly_count: int = 0
+    event_count: int = 0
+    last_anomaly: dict[str, Any] | None = None
 
     def fold(self, record: dict[str, Any]) -> None:
         kind = record.get(Common.KIND)
@@ -45,21 +50,27 @@ class RankState:
         elif kind == records.STATE:
             self.state = record
         elif kind == records.ANOMALY:
-            self.anomalies.append(record)
+            self.event_count += add(self.events, record)
             self.anomaly_count += 1
+            self.last_anomaly = record
         elif kind == records.END:
             self.end = record
 
     def after(self, past: RankState) -> RankState:
         """This state folded after ``past``: what the records of both, in order, make."""
-        both = RankState(self.rank, anomaly_count=past.anomaly_count + self.anomaly_count)
+        both = RankState(self.rank, anomaly_count=past.anomaly_count + self.anomaly_count,
+                         last_anomaly=self.last_anomaly or past.last_anomaly)
         both.run = self.run if self.run is not None else past.run
         both.end = self.end if self.run is not None or self.end is not None else past.end
         both.step = self.step if self.step is not None else past.step
         both.hardware = self.hardware if self.hardware is not None else past.hardware
         both.state = self.state if self.state is not None else past.state
         both.losses.extend([*past.losses, *self.losses])
-        both.anomalies.extend([*past.anomalies, *self.anomalies])
+        events = joined(past.events, self.events)
+        # the tail's first event continues the history's last one: one event, not two
+        both.event_count = past.event_count + self.event_count - (
+            len(past.events) + len(self.events) - len(events))
+        both.events.extend(events)
         return both
 
 

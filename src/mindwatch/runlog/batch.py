@@ -4,7 +4,10 @@ With msgspec, the lines of a block (a 4 MiB chunk) are decoded by ``map`` into S
 fields the views read (``fast.py``): no Python work per line, which is most of the cost of
 reading a log line by line. A ``run``, ``epoch``, ``anomaly``, ``notice`` or ``end`` line is
 then decoded again, whole, as ``LineDecoder`` decodes any line, which judges it (they are a
-few per ten thousand lines). A block that msgspec cannot take whole (a torn or foreign line,
+few per ten thousand lines). A ``state`` line is judged by msgspec alone (``StateLine``) and
+decoded whole again only for a reader that keeps the model's state (``states=True``): the
+report's heatmaps draw one rank, ``summary`` none, and a state line costs a dict of a few
+hundred layers' norms. A block that msgspec cannot take whole (a torn or foreign line,
 an unknown kind, a line not in ASCII, a blank line) is decoded line by line, each line
 msgspec refuses going to the standard path: skips, counts and errors are ``LineDecoder``'s,
 line for line.
@@ -12,6 +15,7 @@ line for line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress, count
 from typing import Any, cast
 
 from .. import records
@@ -23,11 +27,13 @@ from .lines import MAX_LINE_BYTES, LineDecoder, Record
 @dataclass
 class Batch:
     """What a chunk held, by use: step records (msgspec Structs or dicts), hardware records
-    with the number of steps of the batch before each, every other record in file order, and
-    the number of steps of the batch before each of those (``others_at``: where a ``run``
-    record opens a segment)."""
+    with the number of steps of the batch before each, state records (dicts, or
+    ``StateLine`` Structs for a reader that does not keep them), every other record in file
+    order, and the number of steps of the batch before each of those (``others_at``: where a
+    ``run`` record opens a segment)."""
     steps: list[Any] = field(default_factory=list)
     hardware: list[tuple[int, Any]] = field(default_factory=list)
+    states: list[Any] = field(default_factory=list)
     others: list[Record] = field(default_factory=list)
     others_at: list[int] = field(default_factory=list)
 
@@ -37,12 +43,27 @@ class Batch:
             self.steps.append(record)
         elif kind == records.HARDWARE:
             self.hardware.append((len(self.steps), record))
+        elif kind == records.STATE:
+            self.states.append(record)
         else:
             self.others.append(record)
             self.others_at.append(len(self.steps))
 
 
 class BatchDecoder(LineDecoder):
+    """``states``: state records are decoded whole (into ``Batch.states`` as dicts, whose
+    "NaN" strings are revived only where the standard path read the line:
+    ``FastParser.state_record``); False: they are checked and counted, their layers left
+    undecoded."""
+
+    def __init__(self, path: str, *, states: bool = True):
+        super().__init__(path)
+        self.states = states
+
+    def _state(self, item: Any, raw: bytes, parser: FastParser) -> Any:
+        """A state line msgspec checked: the Struct, or the whole record when kept."""
+        return parser.state_record(raw) if self.states else item
+
     def feed_batch(self, data: bytes, batch: Batch) -> None:
         """``feed``, into ``batch``: with msgspec, step and hardware records are Structs whose
         values are not revived yet ("NaN" is still a string)."""
@@ -68,7 +89,7 @@ class BatchDecoder(LineDecoder):
             batch.add(record)
 
     def _typed(self, raw: bytes | None, parser: FastParser, batch: Batch) -> None:
-        if raw is None or len(raw) > MAX_LINE_BYTES or not parser.usable(raw):
+        if raw is None or len(raw) > MAX_LINE_BYTES or not raw.isascii():
             self._one(raw, batch)
             return
         try:
@@ -76,10 +97,17 @@ class BatchDecoder(LineDecoder):
         except parser.errors:           # another kind, or a line the standard path judges
             self._one(raw, batch)
             return
+        # a shallow state line needs no count of its brackets; any other is measured
+        if not (type(item) is parser.StateLine and parser.shallow(item)) \
+                and might_nest_deeply(raw):
+            self._one(raw, batch)
+            return
         self.line += 1
         self.records += 1
         if type(item) is parser.StepLine:
             batch.steps.append(item)
+        elif type(item) is parser.StateLine:
+            batch.states.append(self._state(item, raw, parser))
         else:
             batch.hardware.append((len(batch.steps), item))
 
@@ -90,14 +118,21 @@ class BatchDecoder(LineDecoder):
             return False
         lines = cast("list[bytes]", found)
         longest = max(map(len, lines))
-        if longest > MAX_LINE_BYTES or (longest >= LONG_LINE and any(
-                might_nest_deeply(raw) for raw in lines if len(raw) >= LONG_LINE)):
+        if longest > MAX_LINE_BYTES:
             return False
         try:                                 # a blank line fails too
             items = list(map(parser.block.decode, lines))
         except parser.errors:
             return False
-        step_line, hardware_line = parser.StepLine, parser.HardwareLine
+        step_line, hardware_line, state_line = parser.StepLine, parser.HardwareLine, \
+            parser.StateLine
+        # a shallow state line needs no count of its brackets; any other long line is
+        # measured (the long ones picked in C: a block holds some 12k lines)
+        if longest >= LONG_LINE and any(
+                might_nest_deeply(lines[index])
+                for index in compress(count(), map(LONG_LINE.__le__, map(len, lines)))
+                if not (type(items[index]) is state_line and parser.shallow(items[index]))):
+            return False
         first = self.line + 1                # the line number of lines[0]
         steps = batch.steps
         done = 0
@@ -108,6 +143,9 @@ class BatchDecoder(LineDecoder):
             item = items[index]
             if type(item) is hardware_line:
                 batch.hardware.append((len(steps), item))
+                self.records += 1
+            elif type(item) is state_line:
+                batch.states.append(self._state(item, lines[index], parser))
                 self.records += 1
             else:
                 record = self._record(lines[index], first + index)

@@ -16,8 +16,16 @@ Two ways in with msgspec: ``decode_record`` returns the whole record as a dict (
 view, the lazy ``RankLog.records``); ``typed`` (and ``block``) decode ``step`` and
 ``hardware`` lines into Structs of the fields the views read (``STEP_FIELDS``,
 ``HOST_FIELDS``, ``DEVICE_FIELDS``), skipping the rest, and leave non-finite strings ("NaN")
-for ``columns.revived``. Without msgspec, ``standard_record`` is ``records.decode`` minus its
-revival walk on a line that has nothing to revive.
+for ``columns.revived``. A ``state`` line (tens of KB: a few hundred layers' norms) becomes
+a ``StateLine`` (``state_line``): the fields records.py declares for it, JSON scalars, and
+its layers (and watched cells) as the bytes of each one's object, validated but not built
+(``msgspec.Raw``). msgspec judges it as the standard path does (strict JSON, every required
+field) and its depth needs no count of its brackets (a few hundred layers have a brace
+each: counted, and measured past SAFE_DEPTH brackets, that cost more than the decoding): a
+line nests two levels plus its longest layer's, and a layer's bytes nest at most half their
+length (``shallow``). A state line with anything else (an unknown field, a nested value
+outside the layers) is the standard path's to read. Without msgspec, ``standard_record`` is
+``records.decode`` minus its revival walk on a line that has nothing to revive.
 
 ``MINDWATCH_JSON=json`` in the environment turns msgspec off (to compare the two paths).
 """
@@ -30,7 +38,7 @@ from operator import or_
 from typing import Any
 
 from .. import records
-from ..records import Common, Device, Hardware, Step
+from ..records import Common, Device, Hardware, State, Step
 
 try:
     import msgspec
@@ -43,6 +51,9 @@ ENV = "MINDWATCH_JSON"
 # than 2 * SAFE_DEPTH bytes cannot nest that deep, so the usual lines skip the count.
 SAFE_DEPTH = 250
 LONG_LINE = 2 * SAFE_DEPTH
+# A state line whose every layer's (and cell's) object is shorter nests under SAFE_DEPTH:
+# two levels (the record, its layers) plus at most one per two bytes of the layer's.
+SHALLOW_ENTRY = 2 * (SAFE_DEPTH - 2)
 
 # What the views read of the two frequent kinds; every required field is declared too, so
 # that msgspec refuses a line that lacks one (records.problems then says which).
@@ -56,8 +67,29 @@ _COMMON = tuple(name for name in Common.REQUIRED if name != Common.KIND)   # kin
 revive = records.revive
 
 
+# Every byte but the brackets, for bytes.translate to delete.
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
 def might_nest_deeply(raw: bytes) -> bool:
-    return len(raw) >= LONG_LINE and raw.count(b"[") + raw.count(b"{") >= SAFE_DEPTH
+    """Whether the line might nest ``SAFE_DEPTH`` levels or more. Counting its brackets
+    answers for most lines; a line with that many (a state record of a few hundred layers
+    has one brace each) is measured: its strings cut out at their quotes (exact in a line
+    without a backslash; with one, the answer is yes), then the innermost pairs removed
+    pass by pass, at most two levels a pass. Unbalanced brackets: yes (not JSON anyway)."""
+    if len(raw) < LONG_LINE or raw.count(b"[") + raw.count(b"{") < SAFE_DEPTH:
+        return False
+    if b"\\" in raw:
+        return True
+    brackets = b"".join(raw.split(b'"')[0::2]).translate(None, _NOT_BRACKETS)
+    for _ in range(SAFE_DEPTH // 2 - 1):
+        if not brackets:
+            return False
+        shorter = brackets.replace(b"{}", b"").replace(b"[]", b"")
+        if len(shorter) == len(brackets):
+            return True
+        brackets = shorter
+    return True
 
 
 def _refuse(name: str) -> None:
@@ -93,7 +125,9 @@ class FastParser:
 
     def __init__(self) -> None:
         assert msgspec is not None
-        self.errors: tuple[type[BaseException], ...] = (msgspec.DecodeError,)
+        # RecursionError: a line nested deeper than msgspec goes (lines are decoded before
+        # their depth is measured where a schema bounds it: batch.py)
+        self.errors: tuple[type[BaseException], ...] = (msgspec.DecodeError, RecursionError)
         fields: list[tuple[Any, ...]] = [(name, Any) for name in _COMMON + Step.REQUIRED]
         fields += [(name, Any, None) for name in STEP_FIELDS if name not in Step.REQUIRED]
         self.StepLine = msgspec.defstruct(
@@ -106,13 +140,33 @@ class FastParser:
             "HardwareLine", [(name, Any) for name in host]
             + [(Hardware.DEVICES, list[device] | None)],   # type: ignore[valid-type]
             tag_field=Common.KIND, tag=records.HARDWARE, gc=False)
-        self.typed = msgspec.json.Decoder(self.StepLine | self.HardwareLine)
+        self.StateLine = state_line()
+        frequent = self.StepLine | self.HardwareLine | self.StateLine
+        self.typed = msgspec.json.Decoder(frequent)
         # For a block of lines at once: the other known kinds decode to empty Structs (their
         # lines are then read whole by the standard path); an unknown kind fails the block.
         rare = [msgspec.defstruct(f"{kind.title()}Line", [], tag_field=Common.KIND, tag=kind)
-                for kind in records.KINDS if kind not in (records.STEP, records.HARDWARE)]
-        self.block = msgspec.json.Decoder(reduce(or_, rare, self.StepLine | self.HardwareLine))
+                for kind in records.KINDS
+                if kind not in (records.STEP, records.HARDWARE, records.STATE)]
+        self.block = msgspec.json.Decoder(reduce(or_, rare, frequent))
         self._plain = msgspec.json.Decoder()
+
+    def shallow(self, item: Any) -> bool:
+        """Whether a ``StateLine`` nests under SAFE_DEPTH (the module docstring)."""
+        longest = max(map(len, item.layers.values()), default=0)
+        if item.activations:
+            longest = max(longest, *map(len, item.activations.values()))
+        return longest < SHALLOW_ENTRY
+
+    def state_record(self, raw: bytes) -> dict[str, Any]:
+        """The whole record of a line msgspec has read as a ``shallow`` StateLine (no count
+        of its brackets again), its "NaN" strings not revived: ``revive(state_record(raw),
+        False)`` is ``decode_record(raw)``; StateColumns reads either alike."""
+        try:
+            value: dict[str, Any] = self._plain.decode(raw)
+        except self.errors:           # a number beyond a double, which Raw let through
+            return records.decode(raw.decode("utf-8"))
+        return value
 
     def usable(self, raw: bytes) -> bool:
         """Whether msgspec may answer for this line (see the module docstring)."""
@@ -130,6 +184,22 @@ class FastParser:
                     # a copy that revives the non-finite strings, as records.decode does
                     return revive(value, False) if _needs_revival(raw) else value
         return records.decode(raw.decode("utf-8"))
+
+
+def state_line() -> Any:
+    """The ``StateLine`` Struct: the common fields and every field records.State declares,
+    JSON scalars (a Python scalar after decoding), except ``layers`` and ``activations``,
+    objects whose values (each layer's object) stay validated bytes; nothing else
+    (``forbid_unknown_fields``: an unknown field could nest to any depth)."""
+    scalar = float | int | str | bool | None
+    entries = dict[str, msgspec.Raw]
+    nested = (State.LAYERS, State.ACTIVATIONS)
+    fields: list[tuple[Any, ...]] = [(name, entries if name in nested else scalar)
+                                     for name in _COMMON + State.REQUIRED]
+    fields += [(name, entries | None if name in nested else scalar, None)
+               for name in State.OPTIONAL]
+    return msgspec.defstruct("StateLine", fields, tag_field=Common.KIND, tag=records.STATE,
+                             forbid_unknown_fields=True, gc=False)
 
 
 def as_record(item: Any) -> dict[str, Any]:

@@ -6,12 +6,13 @@ the last anomalies with their count, the latest segment's ``run`` and ``end`` re
 the lines skipped. All but the anomaly count, older anomalies, an older ``run`` record and
 skipped lines far back are in the last MiB of a log: that tail makes the first frame. The
 rest comes from here, with the typed decoding of ``batch.py``; each chunk gives back only
-what the view keeps: every record but steps and hardware samples, and the last few of those.
+what the view keeps: every record but steps, hardware samples and states, the last few steps
+and the last sample and state.
 """
 from __future__ import annotations
 
 from .batch import Batch, BatchDecoder
-from .fast import as_record
+from .fast import as_record, revive
 from .lines import Record, RunLogError
 
 HEAD_BYTES = 64 * 2**10      # read at once: the first record says whether this is a run log
@@ -45,9 +46,10 @@ class History:
 
     def read(self, size: int) -> list[Record]:
         """The records the live view folds from the next ``size`` bytes at most (0: those
-        read already, by ``read_head``): every record but steps and hardware samples, then
-        the last ``keep_steps`` steps and the last hardware sample (the view keeps no more of
-        them; their order against the others does not change what it shows)."""
+        read already, by ``read_head``): every record but steps, hardware samples and states,
+        then the last ``keep_steps`` steps, the last hardware sample and the last state (the
+        view keeps no more of them; their order against the others does not change what it
+        shows)."""
         if size <= 0 or self.offset >= self.end:
             found, self._read_ahead = self._read_ahead, []
             return found
@@ -65,4 +67,5 @@ class History:
         batch = Batch()
         self.decoder.feed_batch(data, batch)
         found += batch.others + [as_record(step) for step in batch.steps[-self.keep_steps:]]
-        return found + [as_record(sample) for _, sample in batch.hardware[-1:]]
+        return found + [as_record(sample) for _, sample in batch.hardware[-1:]] \
+            + [revive(state, False) for state in batch.states[-1:]]     # as records.decode

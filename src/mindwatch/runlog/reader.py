@@ -10,6 +10,13 @@ which is all that ``summary`` and ``report`` use. ``RankLog.records``, every rec
 dict, is read on first use, from the same bytes (the file's first ``size`` bytes). Several
 large logs are read in parallel processes (``parallel.py``).
 
+``state`` records (a few hundred layers' norms each, as many bytes as a hundred steps) are
+kept as columns only where a view draws them: ``read_run(states=...)`` says where. ``ALL``
+(the default, and ``read_rank_log``'s); ``FIRST``, the first rank that has any, which is all
+the report's heatmaps draw (under data parallelism the ranks' weights are the same);
+``NONE`` (``summary``, the comparison page). The others' are checked and counted alike, so
+every other figure and every skipped line is the same whatever is kept.
+
 The file is read in chunks, so a huge file (or one enormous line) costs at most
 ``lines.MAX_LINE_BYTES`` plus a chunk of memory beyond what is kept of its records.
 """
@@ -19,6 +26,7 @@ import math
 import os
 import stat
 from collections.abc import Iterator
+from functools import partial
 
 from .. import records
 from ..basics.run_dir import rank_logs, rank_of
@@ -28,6 +36,9 @@ from .lines import LineDecoder, Record, RunLogError
 from .scan import RankScan, Scanner, scan_records
 
 CHUNK_BYTES = 4 * 2**20
+# Whose state records read_run keeps as columns (module docstring).
+ALL, FIRST, NONE = "all", "first", "none"
+STATES = (ALL, FIRST, NONE)
 
 
 class RankLog:
@@ -134,11 +145,16 @@ def _read_records(path: str, limit: int) -> list[Record]:
     return found
 
 
-def read_rank_log(path: str, rank: int | None = None) -> RankLog:
-    """The scan of ``path``; raises RunLogError when it is not a run log."""
+def read_rank_log(path: str, rank: int | None = None, *, states: bool = True,
+                  charts: bool = True) -> RankLog:
+    """The scan of ``path``; raises RunLogError when it is not a run log. ``states``: keep
+    its ``state`` records as columns (else only count them, ``RankScan.state_count``);
+    ``charts``: keep what only the report's charts draw (``scan.CHART_FIELDS``' columns,
+    the hardware samples)."""
     if rank is None:
         rank = rank_of(path)
-    decoder, scanner, size = BatchDecoder(path), Scanner(), 0
+    decoder, size = BatchDecoder(path, states=states), 0
+    scanner = Scanner(states=states, charts=charts)
     for chunk in _chunks(path):
         size += len(chunk)
         batch = Batch()
@@ -152,7 +168,12 @@ def read_rank_log(path: str, rank: int | None = None) -> RankLog:
                    skipped_at=list(decoder.skipped_at), scan=scanner.finish(), size=size)
 
 
-def read_run(directory: str) -> RunLog:
+def read_run(directory: str, *, states: str = ALL, charts: bool = True) -> RunLog:
+    """Every rank's log of ``directory``, rank by rank; ``states``: whose ``state`` records
+    to keep as columns (``ALL``, ``FIRST``, ``NONE``: the module docstring); ``charts``:
+    keep what only the report's charts draw (``read_rank_log``)."""
+    if states not in STATES:
+        raise ValueError(f"states must be one of {STATES}; got {states!r}")
     if not os.path.isdir(directory):
         what = "not a directory" if os.path.exists(directory) else "no such run directory"
         raise RunLogError(f"{directory}: {what}")
@@ -161,4 +182,14 @@ def read_run(directory: str) -> RunLog:
         raise RunLogError(f"{directory}: no rank_<R>.jsonl run logs found; is this a mindwatch "
                           "log_dir?")
     from .parallel import read_logs
-    return RunLog(directory=directory, ranks=read_logs(ranked, read_rank_log))
+    # FIRST: rank order's first log is kept, the usual holder of the first state records.
+    keep = [states == ALL or (states == FIRST and index == 0) for index in range(len(ranked))]
+    # FIRST: that log read here, beside the workers: its state columns are never pickled
+    logs = read_logs(ranked, partial(read_rank_log, charts=charts), keep,
+                     local=0 if states == FIRST else None)
+    if states == FIRST:
+        holder = next((i for i, log in enumerate(logs) if log.scan.state_count), None)
+        if holder is not None and not keep[holder]:     # the first rank had none: read again
+            rank, path = ranked[holder]
+            logs[holder] = read_rank_log(path, rank, states=True, charts=charts)
+    return RunLog(directory=directory, ranks=logs)

@@ -3,11 +3,13 @@ few records the views show whole.
 
 ``RankScan`` holds the step fields of ``fast.STEP_FIELDS`` as columns (``columns.py``), the
 hardware samples as short columns placed on the step axis, the ``state`` records as columns
-(``states.py``), every ``anomaly`` and ``rewind`` record, the latest ``run`` record, the
-``end`` record of the latest segment, the count of withheld updates, and each run segment's
-share of these (``segments.py``), found in the same pass. ``summary`` and ``report`` read
-nothing else, so a long run costs them its columns (~60 bytes a step), not a dict per record
-(~1.5 KB a step).
+(``states.py``; only where the reader keeps them, and counted everywhere), every ``anomaly``
+and ``rewind`` record, the latest ``run`` record, the ``end`` record of the latest segment,
+the count of withheld updates, and each run segment's share of these (``segments.py``),
+found in the same pass. ``summary`` and ``report`` read nothing else, so a long run costs
+them its columns (~60 bytes a step), not a dict per record (~1.5 KB a step). A scan for
+``summary`` (``charts=False``) leaves out what only the report's charts draw: the columns
+of ``CHART_FIELDS`` and the hardware samples.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from operator import truth
 from typing import Any
 
 from .. import records
-from ..records import Common, Device, Hardware, Step, device_label
+from ..records import Common, Device, Hardware, State, Step, device_label
 from .batch import Batch
 from .columns import FLOAT, INT, Column, Columns, field_values, revived
 from .fast import DEVICE_FIELDS, HOST_FIELDS, STEP_FIELDS
@@ -31,7 +33,13 @@ X = "x"             # a hardware series' step positions, beside its field column
 TYPE = Device.TYPE
 # Step fields whose median (one value per step, finite ones) ``summary`` quotes per rank.
 MEDIAN_FIELDS = (Step.TOKENS_PER_S, Step.MFU)
-_TYPECODES = {name: INT if name == Step.STEP else FLOAT for name in STEP_FIELDS}
+# Step fields that only the report's charts read (not summary's figures).
+CHART_FIELDS = (Step.LR, Step.GRAD_NORM, Step.SAMPLES_PER_S)
+
+
+def _typecodes(charts: bool) -> dict[str, str]:
+    return {name: INT if name == Step.STEP else FLOAT for name in STEP_FIELDS
+            if charts or name not in CHART_FIELDS}
 
 
 @dataclass
@@ -39,6 +47,7 @@ class RankScan:
     steps: dict[str, Column]                   # STEP_FIELDS -> one value per step record
     hardware: dict[str, list[Any]]             # X and HOST_FIELDS -> one per sample
     devices: dict[str, dict[str, list[Any]]]   # "npu0" -> X and DEVICE_FIELDS
+    # (steps: without CHART_FIELDS, hardware and devices: empty, in a scan without charts)
     anomalies: list[Record] = field(default_factory=list)
     rewinds: list[Record] = field(default_factory=list)
     run: Record | None = None                  # the latest `run` record
@@ -50,6 +59,8 @@ class RankScan:
     step_time_median: float | None = None
     medians: dict[str, float | None] = field(default_factory=dict)     # of MEDIAN_FIELDS
     states: StateColumns = field(default_factory=StateColumns)          # `state` records
+    # The state records with a step (those ``states`` holds when kept), kept or not.
+    state_count: int = 0
     # In file order, at least one once finished; the last is the latest segment.
     segments: list[Segment] = field(default_factory=list)
 
@@ -59,13 +70,16 @@ class RankScan:
 
 
 class Scanner:
-    """Folds batches of records (``batch.Batch``), in file order, into a ``RankScan``."""
+    """Folds batches of records (``batch.Batch``), in file order, into a ``RankScan``.
+    ``states``: keep the ``state`` records as columns (else only count them); ``charts``:
+    keep what only the report's charts draw (module docstring)."""
 
-    def __init__(self) -> None:
-        self._columns = Columns(_TYPECODES)
-        self._hardware: list[tuple[int, Any]] = []      # (steps before it, record)
+    def __init__(self, *, states: bool = True, charts: bool = True) -> None:
+        self._keep_states, self._charts = states, charts
+        self._columns = Columns(_typecodes(charts))
         self._count = 0
-        self.scan = RankScan(steps=self._columns.data, hardware={}, devices={})
+        self.scan = RankScan(steps=self._columns.data, devices={},
+                             hardware={name: [] for name in (X, *HOST_FIELDS)})
 
     def add(self, batch: Batch) -> None:
         scan = self.scan
@@ -73,7 +87,8 @@ class Scanner:
         if batch.steps:
             self._columns.extend(batch.steps)
             skipped = field_values(batch.steps, Step.SKIPPED)
-        self._hardware += [(self._count + before, item) for before, item in batch.hardware]
+        if self._charts and batch.hardware:
+            self._place(batch.hardware)
         done = 0                 # the batch's steps counted into a segment's withheld updates
         for record, before in zip(batch.others, batch.others_at, strict=True):
             kind = record.get(Common.KIND)
@@ -91,11 +106,44 @@ class Scanner:
                 scan.segments.append(Segment(start=self._count + before))
             elif kind == records.END:
                 scan.end = self._segment().end = record
-            elif kind == records.STATE:
-                scan.states.add(record)
+        for item in batch.states:
+            step = item.get(State.STEP) if type(item) is dict else item.step
+            if type(step) is int:               # what StateColumns.add takes
+                scan.state_count += 1
+                if self._keep_states:
+                    scan.states.add(item)
+        if self._keep_states:
+            scan.states.flush()                 # a chunk's rows, cut into the columns now
         if skipped:
             self._count_skipped(skipped[done:] if done else skipped)
         self._count += len(batch.steps)
+
+    def _place(self, hardware: list[tuple[int, Any]]) -> None:
+        """A batch's hardware samples into the scan's series, each at the step logged last
+        before it (0 before the first step), so that every panel shares the step axis. Now,
+        not at the end: a sample's record then never outlives its chunk (a run's thousands
+        of small records, kept to the end, pinned the memory of every chunk)."""
+        scan, steps = self.scan, self._columns.data[Step.STEP]
+        items = [item for _, item in hardware]
+        xs = [steps[self._count + before - 1] if self._count + before else 0
+              for before, _ in hardware]
+        scan.hardware[X] += xs
+        for name in HOST_FIELDS:
+            scan.hardware[name] += revived(field_values(items, name), name)[0]
+        # ``devices`` that is not a list, or an entry that is not an object, holds nothing
+        # to draw (records.problems accepts them: it checks a list's objects only).
+        placed = [(x, device) for x, found in zip(xs, field_values(items, Hardware.DEVICES),
+                                                  strict=True) if isinstance(found, list)
+                  for device in found if type(device) is dict or hasattr(device, TYPE)]
+        by_label: dict[str, list[tuple[Any, Any]]] = {}
+        for x, device in placed:
+            by_label.setdefault(device_label(device), []).append((x, device))
+        for label, pairs in by_label.items():
+            devices = [device for _, device in pairs]
+            series = scan.devices.setdefault(label, {name: [] for name in (X, *DEVICE_FIELDS)})
+            series[X] += [x for x, _ in pairs]
+            for name in DEVICE_FIELDS:
+                series[name] += revived(field_values(devices, name), name)[0]
 
     def _segment(self) -> Segment:
         """The segment being read; one from the first step when no ``run`` record opened one
@@ -116,8 +164,7 @@ class Scanner:
         self.add(batch)
 
     def finish(self) -> RankScan:
-        """Places each hardware sample at the step logged last before it, so that every panel
-        shares the step axis (0 before the first step)."""
+        """The step axis's figures: segments' bounds, medians."""
         scan = self.scan
         scan.steps = self._columns.data
         self._segment()
@@ -131,23 +178,6 @@ class Scanner:
             finite = [v for v in index.values(scan.steps[name])
                       if type(v) in (int, float) and math.isfinite(v)]
             scan.medians[name] = statistics.median(finite) if finite else None
-        items = [item for _, item in self._hardware]
-        xs = [steps[count - 1] if count else 0 for count, _ in self._hardware]
-        scan.hardware = {X: xs, **{name: revived(field_values(items, name), name)[0]
-                                   for name in HOST_FIELDS}}
-        # ``devices`` that is not a list, or an entry that is not an object, holds nothing
-        # to draw (records.problems accepts them: it checks a list's objects only).
-        placed = [(x, device) for x, found in zip(xs, field_values(items, Hardware.DEVICES),
-                                                  strict=True) if isinstance(found, list)
-                  for device in found if type(device) is dict or hasattr(device, TYPE)]
-        by_label: dict[str, list[tuple[Any, Any]]] = {}
-        for x, device in placed:
-            by_label.setdefault(device_label(device), []).append((x, device))
-        for label, pairs in by_label.items():
-            devices = [device for _, device in pairs]
-            scan.devices[label] = {X: [x for x, _ in pairs], **{
-                name: revived(field_values(devices, name), name)[0] for name in DEVICE_FIELDS}}
-        self._hardware = []
         return scan
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import records
+from ..events import detail
 from ..records import Alert, Anomaly, Common, End, StoppedBy
 
 JSON, SLACK, FEISHU, DINGTALK = "json", "slack", "feishu", "dingtalk"
@@ -20,10 +21,13 @@ ANOMALY_EVENT, END_EVENT = records.ANOMALY, records.END
 
 def alert_from_anomaly(record: Mapping[str, Any], *, run_dir: str, host: str
                        ) -> dict[str, Any]:
+    """The alert of one anomaly record; its message ends with the replay's verdict when the
+    step was computed again (``replay_verdict``), as the alert is read alone."""
     return {Alert.EVENT: ANOMALY_EVENT, Alert.RUN_DIR: run_dir, Alert.HOST: host,
             Alert.RANK: record.get(Common.RANK), Alert.TIME: record.get(Common.TIME),
             Alert.STEP: record.get(Anomaly.STEP), Alert.ANOMALY: record.get(Anomaly.ANOMALY),
-            Alert.MESSAGE: record.get(Anomaly.MESSAGE),
+            Alert.MESSAGE: detail(record.get(Anomaly.MESSAGE),
+                                  record.get(Anomaly.REPLAY_VERDICT)),
             Alert.ACTIONS: list(record.get(Anomaly.ACTIONS) or []),
             Alert.REPORT: record.get(Anomaly.REPORT),
             Alert.CHECKPOINT: record.get(Anomaly.CHECKPOINT)}

@@ -1,14 +1,22 @@
 """The console view: an aligned line every N steps, anomalies and epoch verdicts as they come,
-and a progress bar with ETA when (and only when) the stream is a terminal."""
+and a progress bar with ETA when (and only when) the stream is a terminal.
+
+The anomalies of one step are one line (``mindwatch.events``): the monitor writes what one
+step's review found together (``write_many``), so the line is printed as those records are
+written, not held for a later record that may come minutes later, or never (a hang).
+Anomalies written at another moment of the same step (what the ranks' exchange after it
+found: a peer's stop, a straggler, a rewind settled together) are a line of their own.
+"""
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from .. import records
 from ..basics import format as fmt
-from ..records import Anomaly, Common, End, Epoch, Notice, Rewind, Run, Step, Versions
+from ..events import Event, event_line, group
+from ..records import Common, End, Epoch, Notice, Rewind, Run, Step, Versions
 from .base import Sink
 
 _BAR_WIDTH = 24
@@ -57,12 +65,7 @@ class ConsoleSink(Sink):
         if kind == records.STEP:
             self._step(record)
         elif kind == records.ANOMALY:
-            actions = "+".join(record.get(Anomaly.ACTIONS) or []) or "warn"
-            checkpoint = record.get(Anomaly.CHECKPOINT)
-            where = f" -> {checkpoint}" if checkpoint else ""
-            step = record.get(Anomaly.STEP)
-            self._line(f"ANOMALY {record[Anomaly.ANOMALY]} at step {step}{self._in_epoch(step)}: "
-                       f"{record.get(Anomaly.MESSAGE)} [{actions}{where}]")
+            self._event(Event((record,)))
         elif kind == records.NOTICE:
             self._line(f"note: {record.get(Notice.MESSAGE)}")
         elif kind == records.REWIND:
@@ -81,6 +84,23 @@ class ConsoleSink(Sink):
             detail = f": {record[End.ERROR]}" if record.get(End.ERROR) else ""
             self._line(f"training {record[End.REASON]} after {record.get(End.STEPS)} steps in "
                        f"{fmt.duration(record.get(End.ELAPSED_S))}{detail}")
+
+    def write_many(self, records_: Sequence[Mapping[str, Any]]) -> None:
+        """One line per event among the anomalies written together, in order; any other
+        record as ``write`` prints it."""
+        anomalies: list[Mapping[str, Any]] = []
+        for record in [*records_, {}]:          # {}: the end, which flushes the last event
+            if record.get(Common.KIND) == records.ANOMALY:
+                anomalies.append(record)
+                continue
+            for event in group(anomalies):
+                self._event(event)
+            anomalies = []
+            if record:
+                self.write(record)
+
+    def _event(self, event: Event) -> None:
+        self._line(f"ANOMALY {event_line(event, self._in_epoch(event.step))}")
 
     def _step(self, record: Mapping[str, Any]) -> None:
         step = record[Step.STEP]

@@ -10,7 +10,7 @@ and must not be the one that stops training).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import methodcaller
 from typing import Any
 
@@ -34,28 +34,48 @@ class SinkSet:
         # after every record. The others cost nothing here.
         self._talkers = [sink for sink in self.sinks
                          if type(sink).pop_messages is not Sink.pop_messages]
+        # Sinks that show records written together as one (the console's event line); the
+        # others get them one by one here, so each lost record is counted as it is lost.
+        self._together = {id(sink) for sink in self.sinks
+                          if type(sink).write_many is not Sink.write_many}
 
     def write(self, record: Mapping[str, Any]) -> None:
         for sink in self.sinks:
-            try:
-                sink.write(record)
-            except Exception as exc:
-                self._failed(sink, exc)
-            else:
-                if id(sink) in self._lost:
-                    lost = self._lost.pop(id(sink))
-                    self._say(sink, f"{sink.name} writes again ({lost} record"
-                                    f"{'' if lost == 1 else 's'} lost while it could not)")
+            self._deliver(sink, sink.write, record)
         self._relay()
+
+    def write_many(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Records written together (``Sink.write_many``): one call for the sinks that show
+        them together, one ``write`` each for the others."""
+        for sink in self.sinks:
+            if id(sink) in self._together:
+                self._deliver(sink, sink.write_many, records, len(records))
+            else:
+                for record in records:
+                    self._deliver(sink, sink.write, record)
+        self._relay()
+
+    def _deliver(self, sink: Sink, call: Callable[[Any], None], what: Any,
+                 count: int = 1) -> None:
+        """``call(what)``, a failure said once per outage; ``count``: the records it holds."""
+        try:
+            call(what)
+        except Exception as exc:
+            self._failed(sink, exc, count)
+        else:
+            if id(sink) in self._lost:
+                lost = self._lost.pop(id(sink))
+                self._say(sink, f"{sink.name} writes again ({lost} record"
+                                f"{'' if lost == 1 else 's'} lost while it could not)")
 
     def _relay(self) -> None:
         for sink in self._talkers:
             for message in sink.pop_messages():
                 self._say(sink, message)
 
-    def _failed(self, sink: Sink, exc: Exception) -> None:
+    def _failed(self, sink: Sink, exc: Exception, count: int = 1) -> None:
         first = id(sink) not in self._lost
-        self._lost[id(sink)] = self._lost.get(id(sink), 0) + 1
+        self._lost[id(sink)] = self._lost.get(id(sink), 0) + count
         if not first:
             return
         what = f"{sink.name} cannot be written ({type(exc).__name__}: {exc})"

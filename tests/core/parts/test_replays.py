@@ -33,8 +33,11 @@ def test_identical_names_the_batch_in_its_epoch():
         assert replays.review(_obs(step, epoch=1 + step // 5, skipped=False, loss=1.0), []) == []
     found = replays.review(_obs(6, epoch=2), _found(6))
     assert [a.kind for a in found] == ["loss_nonfinite"]
-    assert found[0].message.endswith("bit-identical: the batch (step 2 of epoch 2) or the "
-                                     "model's state is the cause, not the device")
+    # the verdict is a field of its own; the detector's message stays as it was
+    assert found[0].message == "loss is NaN"
+    assert found[0].fields["replay_verdict"].endswith(
+        "bit-identical: the batch (step 2 of epoch 2) or the model's state is the cause, not "
+        "the device")
     [(kind, fields)] = emitted
     assert kind == "replay" and fields["reproduced"] is True and fields["healthy"] is False
     assert fields["anomaly"] == "loss_nonfinite" and math.isnan(fields["replay_loss"])
@@ -49,7 +52,7 @@ def test_the_frameworks_own_epoch_step_names_the_batch():
         grad_norm=1.5, grads_finite=None, lr_groups=None, skipped=True, steps=1,
         layer_grad_norms=None, extra=None)
     [found] = replays.review(obs, _found(2))
-    assert "the batch (step 2 of epoch 1)" in found.message
+    assert "the batch (step 2 of epoch 1)" in found.fields["replay_verdict"]
 
 
 def test_healthy_is_a_transient_fault_naming_rank_host_and_device():
@@ -59,7 +62,8 @@ def test_healthy_is_a_transient_fault_naming_rank_host_and_device():
     fault = found[1]
     assert (fault.step, fault.value, fault.threshold) == (7, 1.25, None)
     assert "rank 3 (host " in fault.message and ", device 1)" in fault.message
-    assert "see transient_fault" in found[0].message
+    assert "see transient_fault" in found[0].fields["replay_verdict"]
+    assert "replay_verdict" not in fault.fields        # it is the verdict
     assert emitted[0][1]["reproduced"] is False
 
 
@@ -76,16 +80,16 @@ def test_under_data_parallelism_the_fault_is_the_origin_ranks():
 def test_different_but_anomalous_again_is_no_verdict():
     replays, _, _ = _replays(ReplayOutcome(loss=math.inf, grad_norm=2.0, healthy=False))
     [found] = replays.review(_obs(2), _found(2))
-    assert found.message.endswith("failed again, though not bit-identically (loss nan then "
-                                  "inf, gradient norm 1.5 then 2: dropout, or kernels that "
-                                  "are not deterministic here): the batch (step 1 of epoch 1) "
-                                  "or the model's state is the likely cause, not a transient "
-                                  "fault")
+    assert found.fields["replay_verdict"].endswith(
+        "failed again, though not bit-identically (loss nan then inf, gradient norm 1.5 then 2: "
+        "dropout, or kernels that are not deterministic here): the batch (step 1 of epoch 1) or "
+        "the model's state is the likely cause, not a transient fault")
 
 
 def test_steps_not_withheld_are_never_replayed_nor_without_a_hook():
     replays, emitted, calls = _replays(ReplayOutcome(loss=1.0, grad_norm=1.0, healthy=True))
     assert replays.review(_obs(1, skipped=False), []) == [] and calls == [] == emitted
     none = Replays(replay=None, emit=lambda *a: None, rank=0, device=0)
-    assert none.review(_obs(1), _found(1))[0].message == "loss is NaN"
+    unreplayed = none.review(_obs(1), _found(1))[0]
+    assert unreplayed.message == "loss is NaN" and unreplayed.fields == {}
     assert same(math.nan, math.nan) and same(None, None) and not same(1.0, None)
