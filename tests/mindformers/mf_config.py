@@ -1,7 +1,9 @@
 """The YAML config and the launcher run that the MindFormers tests share: a 2-layer legacy
 Llama on the CPU (see mf_launcher.py for what the CPU needs), mindwatch in its `callbacks:`."""
+import json
 import os
 import re
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +80,63 @@ def run_launcher(tmp_path, config, *, returncode=0, **env):
     (tmp_path / "launcher.out").write_text(result.stdout + result.stderr)
     applied = re.search(r"optimizer global_step (\d+)", result.stdout)
     return int(applied.group(1)) if applied else None
+
+
+def _applied(output):
+    applied = re.search(r"optimizer global_step (\d+)", output)
+    return int(applied.group(1)) if applied else None
+
+
+class Launcher:
+    """The launcher's runs in one process (``mf_launcher.py --serve``), which imports
+    MindSpore and MindFormers once (each run of its own process spends ~4 s of CPU on that
+    and on exiting): each run as ``run_launcher`` runs it (its own working directory,
+    environment, output and exit status; mf_launcher.run_as_its_own_process says what it
+    starts afresh), one after another. A process that died or hung is replaced by a new one
+    for the next run. The tests that check how the launcher's process ends (an exit
+    status of its own) run it in a process of their own (run_launcher)."""
+
+    def __init__(self, workdir):
+        self.workdir, self.process = Path(workdir), None
+
+    def _start(self):
+        read_end, self.reply_fd = os.pipe()
+        self.replies = os.fdopen(read_end, "rb", buffering=0)
+        log = open(self.workdir / "launcher-process.log", "ab")   # noqa: SIM115 (the process's)
+        self.process = subprocess.Popen(
+            [sys.executable, str(HERE / "mf_launcher.py"), "--serve", str(self.reply_fd)],
+            cwd=self.workdir, env={**os.environ, "REGISTER_PATH": REGISTER_PATH},
+            stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(self.reply_fd,))
+        log.close()
+        os.close(self.reply_fd)
+
+    def run(self, tmp_path, config, *, returncode=0, timeout=280, **env):
+        """What run_launcher returns for this run (the updates the optimizer applied), once
+        it exited with ``returncode``; its output in ``tmp_path / "launcher.out"``."""
+        if self.process is None or self.process.poll() is not None:
+            self._start()
+        out = Path(tmp_path) / "launcher.out"
+        request = {"config": str(config), "cwd": str(tmp_path), "env": env, "out": str(out)}
+        self.process.stdin.write((json.dumps(request) + "\n").encode())
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.replies], [], [], timeout)
+        reply = self.replies.readline() if ready else b""
+        if not reply:                                 # hung, or died in this run
+            self.close()
+        output = out.read_text(errors="replace") if out.exists() else ""
+        status = json.loads(reply)["status"] if reply else "none (the launcher's process " \
+            f"{'hung' if not ready else 'died'}: {self.workdir / 'launcher-process.log'})"
+        assert status == returncode, f"exit status {status}\n{output[-6000:]}"
+        return _applied(output)
+
+    def close(self):
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(timeout=60)
+            self.process.stdin.close()
+            self.replies.close()
+            self.process = None
 
 
 def state_digests(output):

@@ -3,6 +3,8 @@
 dataset (test_launcher_matches.py checks these calls against each release's launcher).
 
     python mf_launcher.py CONFIG
+    python mf_launcher.py --serve REPLY_FD      (the tests' ``Launcher``: see ``serve``)
+    python mf_launcher.py --batch PLAN_JSON     (several runs under one msrun job)
 
 The test-only parts, which the CPU needs and a user's Ascend run does not: the
 ``hyper_parallel`` stand-in (see hyper_parallel_standin.py), ``CPUTrainOneStepCell``
@@ -15,10 +17,14 @@ something happen (``NanAtStep``, ``StopAtStep``, ``SlowFromStep``, the conforman
 Under msrun (``use_parallel: True``) each rank trains on its own shard of the data, as
 MindFormers' dataset builders shard it.
 """
+import gc
 import hashlib
+import json
 import os
 import sys
 import time
+import traceback
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hyper_parallel_standin
@@ -234,5 +240,87 @@ def main(config_path):
     print("training returned", flush=True)
 
 
+def run_as_its_own_process(config_path, cwd, env, out_path):
+    """``main(config_path)`` as ``python mf_launcher.py CONFIG`` runs it in a process of its
+    own, in this one, after other runs: in ``cwd``, with ``env`` added to the environment,
+    its output (this process's stdout and stderr, MindSpore's C++ logging included) into
+    ``out_path``; what this process kept of an earlier run made new (MindFormers' Context,
+    which it builds once a process, the auto-parallel context, Python's record of the
+    warnings already shown) and the environment and working directory put back after. The
+    exit status that process would have had: 0 returned, a SystemExit's code, 1 raised."""
+    environ, workdir = dict(os.environ), os.getcwd()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.argv = [os.path.abspath(__file__), config_path]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(out_path, "wb") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+    try:
+        with warnings.catch_warnings():   # entering it forgets the warnings already shown
+            _fresh_context()
+            main(config_path)
+        status = 0
+    except SystemExit as stop:
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        status = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    except BaseException:                 # a process would die of it: exit status 1
+        traceback.print_exc()
+        status = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(workdir)
+        gc.collect()                      # the run's network and graphs
+    return status
+
+
+def _fresh_context():
+    """What a new process starts with: no MindFormers Context (a singleton built once per
+    process: a later run's config would find the first run's), MindSpore's default
+    auto-parallel context."""
+    from mindformers.core.context import build_context as built
+    context = getattr(built, "Context", None)
+    if context is not None and hasattr(context, "reset_instance"):
+        context.reset_instance()
+    ms.reset_auto_parallel_context()
+
+
+def serve(reply_fd):
+    """Runs, one after another, the configs asked for on stdin, one JSON line each
+    (``config``, ``cwd``, ``env``, ``out``), each as run_as_its_own_process runs it; after
+    each, one JSON line (``status``) to file descriptor ``reply_fd``. Ends at stdin's end."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        status = run_as_its_own_process(request["config"], request["cwd"], request["env"],
+                                        request["out"])
+        os.write(reply_fd, (json.dumps({"status": status}) + "\n").encode())
+
+
+def batch(plan_path):
+    """Every run of the plan (a JSON list of ``config``, ``cwd``, ``env``, ``out``, and
+    ``status``: where to write its exit status), one after another in this process."""
+    with open(plan_path) as f:
+        plan = json.load(f)
+    for request in plan:
+        status = run_as_its_own_process(request["config"], request["cwd"], request["env"],
+                                        request["out"])
+        with open(request["status"], "w") as f:
+            f.write(str(status))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--serve":
+        serve(int(sys.argv[2]))
+    elif sys.argv[1] == "--batch":
+        batch(sys.argv[2])
+    else:
+        main(sys.argv[1])
