@@ -112,22 +112,30 @@ class Launcher:
 
     def run(self, tmp_path, config, *, returncode=0, timeout=280, **env):
         """What run_launcher returns for this run (the updates the optimizer applied), once
-        it exited with ``returncode``; its output in ``tmp_path / "launcher.out"``."""
-        if self.process is None or self.process.poll() is not None:
-            self._start()
+        it exited with ``returncode``; its output in ``tmp_path / "launcher.out"``. A config
+        of another context than the process's (mf_launcher.CONTEXT_KEYS) gets a new one."""
         out = Path(tmp_path) / "launcher.out"
         request = {"config": str(config), "cwd": str(tmp_path), "env": env, "out": str(out)}
+        status = self._ask(request, timeout)
+        if status == "context":
+            self.close()
+            status = self._ask(request, timeout)
+        output = out.read_text(errors="replace") if out.exists() else ""
+        assert status == returncode, f"exit status {status}\n{output[-6000:]}"
+        return _applied(output)
+
+    def _ask(self, request, timeout):
+        if self.process is None or self.process.poll() is not None:
+            self._start()
         self.process.stdin.write((json.dumps(request) + "\n").encode())
         self.process.stdin.flush()
         ready, _, _ = select.select([self.replies], [], [], timeout)
         reply = self.replies.readline() if ready else b""
-        if not reply:                                 # hung, or died in this run
-            self.close()
-        output = out.read_text(errors="replace") if out.exists() else ""
-        status = json.loads(reply)["status"] if reply else "none (the launcher's process " \
-            f"{'hung' if not ready else 'died'}: {self.workdir / 'launcher-process.log'})"
-        assert status == returncode, f"exit status {status}\n{output[-6000:]}"
-        return _applied(output)
+        if reply:
+            return json.loads(reply)["status"]
+        self.close()                                  # hung, or died in this run
+        return (f"none: the launcher's process {'died' if ready else 'hung'} "
+                f"({self.workdir / 'launcher-process.log'})")
 
     def close(self):
         if self.process is not None:
@@ -185,18 +193,32 @@ def data_parallel(config, ranks=2):
     return config
 
 
-def run_msrun(tmp_path, config, ranks=2):
-    """``msrun`` over mf_launcher.py, as `msrun ... run_mindformer.py --config` starts a job;
-    the updates each rank's optimizer applied, by rank."""
-    env = msrun_environment(REGISTER_PATH=REGISTER_PATH)
-    logs = tmp_path / "msrun_logs"
-    result = subprocess.run(
+def run_msrun_batch(root, runs, ranks=2):
+    """One msrun job over mf_launcher.py --batch: on every rank each of ``runs`` (name ->
+    config, each in its own folder ``root / name``, configs of one context) one after another,
+    each as its own job's worker would run it (mf_launcher.run_as_its_own_process). Returns
+    msrun's result; ``batch_result`` reads each run's."""
+    plan = [{"config": str(config), "cwd": str(root / name), "env": {},
+             "out": str(root / name / "worker_{rank}.log"),
+             "status": str(root / name / "status_{rank}")} for name, config in runs.items()]
+    (root / "plan.json").write_text(json.dumps(plan))
+    return subprocess.run(
         [sys.executable, "-m", "mindspore.parallel.cluster.run", f"--worker_num={ranks}",
-         f"--local_worker_num={ranks}", f"--master_port={free_port()}", f"--log_dir={logs}",
-         "--join=True", str(HERE / "mf_launcher.py"), str(config)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
-    workers = [(logs / f"worker_{rank}.log").read_text(errors="replace")
-               for rank in range(ranks)]
-    assert result.returncode == 0, "\n".join(w[-3000:] for w in workers) + result.stderr[-2000:]
-    applied = [re.search(r"optimizer global_step (\d+)", w) for w in workers]
-    return [int(a.group(1)) if a else None for a in applied]
+         f"--local_worker_num={ranks}", f"--master_port={free_port()}",
+         f"--log_dir={root / 'msrun_logs'}", "--join=True", str(HERE / "mf_launcher.py"),
+         "--batch", str(root / "plan.json")],
+        cwd=root, env=msrun_environment(REGISTER_PATH=REGISTER_PATH), capture_output=True,
+        text=True, timeout=400)
+
+
+def batch_result(result, where, ranks=2):
+    """The updates each rank's optimizer applied in the run of run_msrun_batch in ``where``,
+    once every rank's run of it exited with status 0."""
+    statuses = [where / f"status_{rank}" for rank in range(ranks)]
+    workers = [(where / f"worker_{rank}.log").read_text(errors="replace")
+               if (where / f"worker_{rank}.log").exists() else "" for rank in range(ranks)]
+    job = [p.read_text(errors="replace")[-2000:]        # the workers' own, beside the runs'
+           for p in sorted((where.parent / "msrun_logs").glob("worker_*.log"))]
+    said = "\n".join(w[-3000:] for w in workers + job) + result.stderr[-2000:]
+    assert [s.read_text() if s.exists() else None for s in statuses] == ["0"] * ranks, said
+    return [_applied(w) for w in workers]

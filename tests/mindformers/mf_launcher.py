@@ -240,14 +240,31 @@ def main(config_path):
     print("training returned", flush=True)
 
 
+# The sections of a config that MindFormers applies once a process: its Context (MindSpore's
+# context and parallel context, communication, CPU affinity) is a singleton, built by the
+# process's first build_context and kept (a second one fails: MindSpore sets the CPU
+# affinity once). The runs that share a process (serve, batch) must agree on these; what
+# else the singleton keeps of the first run's config (its seed, output_dir, load_checkpoint)
+# the Trainer reads from each run's own config.
+CONTEXT_KEYS = ("context", "parallel", "parallel_config", "use_parallel", "run_mode",
+                "use_legacy", "micro_batch_interleave_num")
+
+
+def context_of(config_path):
+    """What of the config at ``config_path`` the process's MindFormers Context is built from."""
+    import yaml
+    with open(config_path) as f:
+        config = yaml.safe_load(f)
+    return {key: config.get(key) for key in CONTEXT_KEYS}
+
+
 def run_as_its_own_process(config_path, cwd, env, out_path):
     """``main(config_path)`` as ``python mf_launcher.py CONFIG`` runs it in a process of its
-    own, in this one, after other runs: in ``cwd``, with ``env`` added to the environment,
-    its output (this process's stdout and stderr, MindSpore's C++ logging included) into
-    ``out_path``; what this process kept of an earlier run made new (MindFormers' Context,
-    which it builds once a process, the auto-parallel context, Python's record of the
-    warnings already shown) and the environment and working directory put back after. The
-    exit status that process would have had: 0 returned, a SystemExit's code, 1 raised."""
+    own, here after other runs of the same context (CONTEXT_KEYS): in ``cwd``, with ``env``
+    added to the environment, its output (this process's stdout and stderr, MindSpore's C++
+    logging included) into ``out_path``, Python's record of the warnings already shown
+    forgotten; the environment and working directory put back after. Returns the exit
+    status that process would have had: 0 returned, a SystemExit's code, 1 raised."""
     environ, workdir = dict(os.environ), os.getcwd()
     os.environ.update(env)
     os.chdir(cwd)
@@ -260,7 +277,6 @@ def run_as_its_own_process(config_path, cwd, env, out_path):
         os.dup2(out.fileno(), 2)
     try:
         with warnings.catch_warnings():   # entering it forgets the warnings already shown
-            _fresh_context()
             main(config_path)
         status = 0
     except SystemExit as stop:
@@ -283,37 +299,34 @@ def run_as_its_own_process(config_path, cwd, env, out_path):
     return status
 
 
-def _fresh_context():
-    """What a new process starts with: no MindFormers Context (a singleton built once per
-    process: a later run's config would find the first run's), MindSpore's default
-    auto-parallel context."""
-    from mindformers.core.context import build_context as built
-    context = getattr(built, "Context", None)
-    if context is not None and hasattr(context, "reset_instance"):
-        context.reset_instance()
-    ms.reset_auto_parallel_context()
-
-
 def serve(reply_fd):
     """Runs, one after another, the configs asked for on stdin, one JSON line each
     (``config``, ``cwd``, ``env``, ``out``), each as run_as_its_own_process runs it; after
-    each, one JSON line (``status``) to file descriptor ``reply_fd``. Ends at stdin's end."""
+    each, one JSON line (``status``) to file descriptor ``reply_fd``. Ends at stdin's end.
+    A config whose context is not the first run's is refused (status "context")."""
+    first = None
     for line in sys.stdin:
         request = json.loads(line)
-        status = run_as_its_own_process(request["config"], request["cwd"], request["env"],
-                                        request["out"])
+        context = context_of(request["config"])
+        first = context if first is None else first
+        status = "context" if context != first else run_as_its_own_process(
+            request["config"], request["cwd"], request["env"], request["out"])
         os.write(reply_fd, (json.dumps({"status": status}) + "\n").encode())
 
 
 def batch(plan_path):
-    """Every run of the plan (a JSON list of ``config``, ``cwd``, ``env``, ``out``, and
-    ``status``: where to write its exit status), one after another in this process."""
+    """Every run of the plan (a JSON list of ``config``, ``cwd``, ``env``, and ``out`` and
+    ``status``, the files of its output and exit status, where ``{rank}`` stands for msrun's
+    RANK_ID), one after another in this process; their configs of one context."""
     with open(plan_path) as f:
         plan = json.load(f)
+    contexts = [context_of(request["config"]) for request in plan]
+    assert all(context == contexts[0] for context in contexts), contexts
+    rank = os.environ.get("RANK_ID", "0")       # msrun's, for each worker
     for request in plan:
         status = run_as_its_own_process(request["config"], request["cwd"], request["env"],
-                                        request["out"])
-        with open(request["status"], "w") as f:
+                                        request["out"].format(rank=rank))
+        with open(request["status"].format(rank=rank), "w") as f:
             f.write(str(status))
 
 
