@@ -119,12 +119,19 @@ def small_fs(tmp_path):
 _CHILD = "MINDWATCH_TEST_IN_FRESH_PROCESS"
 
 
+def _without_group(nodeid):
+    """The node id as the child pytest knows it: without xdist's ``@<group>``."""
+    head, bracket, tail = nodeid.rpartition("]")
+    return head + bracket + tail.partition("@")[0] if bracket else nodeid.partition("@")[0]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     if pyfuncitem.get_closest_marker("fresh_process") is None or os.environ.get(_CHILD):
         return None
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", pyfuncitem.nodeid],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         _without_group(pyfuncitem.nodeid)],
         cwd=pyfuncitem.config.rootpath, env={**os.environ, _CHILD: "1"},
         capture_output=True, text=True, timeout=240)
     if result.returncode != 0:
@@ -141,3 +148,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("msrun") is not None:
             item.add_marker(pytest.mark.xdist_group("ranks"))
+    if config.getoption("loadgroup", False):      # set by pytest-xdist under --dist loadgroup
+        for item in items:
+            _join_xdist_group(item)
+
+
+def _join_xdist_group(item):
+    """``--dist loadgroup`` sends the tests whose node id ends in ``@<group>`` to one worker,
+    one after another. pytest-xdist 3.8 appends it by setting ``item._nodeid``, which pytest
+    9.2 no longer reads (the id is ``item._id``, a NodeId): no xdist_group mark took effect
+    (the msrun tests went to either worker, and a module-scoped fixture was set up once on
+    each worker that ran one of its tests). This appends it where xdist did not."""
+    names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                    for mark in item.iter_markers("xdist_group")})
+    if not names or "@" in item.nodeid.rpartition("]")[2]:
+        return
+    grouped = f"{item.nodeid}@{'_'.join(names)}"
+    try:
+        from _pytest.nodeid import NodeId  # pytest 9.2 on
+    except ImportError:
+        item._nodeid = grouped
+    else:
+        item._id = NodeId.parse(grouped)

@@ -4,6 +4,8 @@ come with it. (Asked of the installed distributions: ``find_spec("mindformers")`
 folder, a namespace package once ``tests/`` is on ``sys.path``.)"""
 import importlib.metadata
 
+import pytest
+
 
 def _installed(name):
     try:
@@ -14,3 +16,14 @@ def _installed(name):
 
 
 collect_ignore_glob = [] if _installed("mindformers") else ["test_*.py"]
+
+
+@pytest.fixture(scope="module")
+def launcher(tmp_path_factory):
+    """One launcher process for the module's Trainer runs (mf_config.Launcher). The modules
+    that use it keep their tests on one xdist worker (an xdist_group of their own), so that
+    one process serves them all, in the module's order."""
+    from mf_config import Launcher
+    serving = Launcher(tmp_path_factory.mktemp("launcher"))
+    yield serving
+    serving.close()

@@ -1,7 +1,9 @@
 """The YAML config and the launcher run that the MindFormers tests share: a 2-layer legacy
 Llama on the CPU (see mf_launcher.py for what the CPU needs), mindwatch in its `callbacks:`."""
+import json
 import os
 import re
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +82,71 @@ def run_launcher(tmp_path, config, *, returncode=0, **env):
     return int(applied.group(1)) if applied else None
 
 
+def _applied(output):
+    applied = re.search(r"optimizer global_step (\d+)", output)
+    return int(applied.group(1)) if applied else None
+
+
+class Launcher:
+    """The launcher's runs in one process (``mf_launcher.py --serve``), which imports
+    MindSpore and MindFormers once (each run of its own process spends ~4 s of CPU on that
+    and on exiting): each run as ``run_launcher`` runs it (its own working directory,
+    environment, output and exit status; mf_launcher.run_as_its_own_process says what it
+    starts afresh), one after another. A process that died or hung is replaced by a new one
+    for the next run. The tests that check how the launcher's process ends (an exit
+    status of its own) run it in a process of their own (run_launcher)."""
+
+    def __init__(self, workdir):
+        self.workdir, self.process = Path(workdir), None
+
+    def _start(self):
+        read_end, self.reply_fd = os.pipe()
+        self.replies = os.fdopen(read_end, "rb", buffering=0)
+        log = open(self.workdir / "launcher-process.log", "ab")   # noqa: SIM115 (the process's)
+        self.process = subprocess.Popen(
+            [sys.executable, str(HERE / "mf_launcher.py"), "--serve", str(self.reply_fd)],
+            cwd=self.workdir, env={**os.environ, "REGISTER_PATH": REGISTER_PATH},
+            stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=(self.reply_fd,))
+        log.close()
+        os.close(self.reply_fd)
+
+    def run(self, tmp_path, config, *, returncode=0, timeout=280, **env):
+        """What run_launcher returns for this run (the updates the optimizer applied), once
+        it exited with ``returncode``; its output in ``tmp_path / "launcher.out"``. A config
+        of another context than the process's (mf_launcher.CONTEXT_KEYS) gets a new one."""
+        out = Path(tmp_path) / "launcher.out"
+        request = {"config": str(config), "cwd": str(tmp_path), "env": env, "out": str(out)}
+        status = self._ask(request, timeout)
+        if status == "context":
+            self.close()
+            status = self._ask(request, timeout)
+        output = out.read_text(errors="replace") if out.exists() else ""
+        assert status == returncode, f"exit status {status}\n{output[-6000:]}"
+        return _applied(output)
+
+    def _ask(self, request, timeout):
+        if self.process is None or self.process.poll() is not None:
+            self._start()
+        self.process.stdin.write((json.dumps(request) + "\n").encode())
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.replies], [], [], timeout)
+        reply = self.replies.readline() if ready else b""
+        if reply:
+            return json.loads(reply)["status"]
+        self.close()                                  # hung, or died in this run
+        return (f"none: the launcher's process {'died' if ready else 'hung'} "
+                f"({self.workdir / 'launcher-process.log'})")
+
+    def close(self):
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(timeout=60)
+            self.process.stdin.close()
+            self.replies.close()
+            self.process = None
+
+
 def state_digests(output):
     """StateDigest's lines: step -> (digest of the training state, loss scale)."""
     return {int(m[1]): (m[2], float(m[3]))
@@ -126,18 +193,32 @@ def data_parallel(config, ranks=2):
     return config
 
 
-def run_msrun(tmp_path, config, ranks=2):
-    """``msrun`` over mf_launcher.py, as `msrun ... run_mindformer.py --config` starts a job;
-    the updates each rank's optimizer applied, by rank."""
-    env = msrun_environment(REGISTER_PATH=REGISTER_PATH)
-    logs = tmp_path / "msrun_logs"
-    result = subprocess.run(
+def run_msrun_batch(root, runs, ranks=2):
+    """One msrun job over mf_launcher.py --batch: on every rank each of ``runs`` (name ->
+    config, each in its own folder ``root / name``, configs of one context) one after another,
+    each as its own job's worker would run it (mf_launcher.run_as_its_own_process). Returns
+    msrun's result; ``batch_result`` reads each run's."""
+    plan = [{"config": str(config), "cwd": str(root / name), "env": {},
+             "out": str(root / name / "worker_{rank}.log"),
+             "status": str(root / name / "status_{rank}")} for name, config in runs.items()]
+    (root / "plan.json").write_text(json.dumps(plan))
+    return subprocess.run(
         [sys.executable, "-m", "mindspore.parallel.cluster.run", f"--worker_num={ranks}",
-         f"--local_worker_num={ranks}", f"--master_port={free_port()}", f"--log_dir={logs}",
-         "--join=True", str(HERE / "mf_launcher.py"), str(config)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
-    workers = [(logs / f"worker_{rank}.log").read_text(errors="replace")
-               for rank in range(ranks)]
-    assert result.returncode == 0, "\n".join(w[-3000:] for w in workers) + result.stderr[-2000:]
-    applied = [re.search(r"optimizer global_step (\d+)", w) for w in workers]
-    return [int(a.group(1)) if a else None for a in applied]
+         f"--local_worker_num={ranks}", f"--master_port={free_port()}",
+         f"--log_dir={root / 'msrun_logs'}", "--join=True", str(HERE / "mf_launcher.py"),
+         "--batch", str(root / "plan.json")],
+        cwd=root, env=msrun_environment(REGISTER_PATH=REGISTER_PATH), capture_output=True,
+        text=True, timeout=400)
+
+
+def batch_result(result, where, ranks=2):
+    """The updates each rank's optimizer applied in the run of run_msrun_batch in ``where``,
+    once every rank's run of it exited with status 0."""
+    statuses = [where / f"status_{rank}" for rank in range(ranks)]
+    workers = [(where / f"worker_{rank}.log").read_text(errors="replace")
+               if (where / f"worker_{rank}.log").exists() else "" for rank in range(ranks)]
+    job = [p.read_text(errors="replace")[-2000:]        # the workers' own, beside the runs'
+           for p in sorted((where.parent / "msrun_logs").glob("worker_*.log"))]
+    said = "\n".join(w[-3000:] for w in workers + job) + result.stderr[-2000:]
+    assert [s.read_text() if s.exists() else None for s in statuses] == ["0"] * ranks, said
+    return [_applied(w) for w in workers]

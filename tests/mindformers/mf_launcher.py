@@ -3,6 +3,8 @@
 dataset (test_launcher_matches.py checks these calls against each release's launcher).
 
     python mf_launcher.py CONFIG
+    python mf_launcher.py --serve REPLY_FD      (the tests' ``Launcher``: see ``serve``)
+    python mf_launcher.py --batch PLAN_JSON     (several runs under one msrun job)
 
 The test-only parts, which the CPU needs and a user's Ascend run does not: the
 ``hyper_parallel`` stand-in (see hyper_parallel_standin.py), ``CPUTrainOneStepCell``
@@ -15,10 +17,14 @@ something happen (``NanAtStep``, ``StopAtStep``, ``SlowFromStep``, the conforman
 Under msrun (``use_parallel: True``) each rank trains on its own shard of the data, as
 MindFormers' dataset builders shard it.
 """
+import gc
 import hashlib
+import json
 import os
 import sys
 import time
+import traceback
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hyper_parallel_standin
@@ -234,5 +240,100 @@ def main(config_path):
     print("training returned", flush=True)
 
 
+# The sections of a config that MindFormers applies once a process: its Context (MindSpore's
+# context and parallel context, communication, CPU affinity) is a singleton, built by the
+# process's first build_context and kept (a second one fails: MindSpore sets the CPU
+# affinity once). The runs that share a process (serve, batch) must agree on these; what
+# else the singleton keeps of the first run's config (its seed, output_dir, load_checkpoint)
+# the Trainer reads from each run's own config.
+CONTEXT_KEYS = ("context", "parallel", "parallel_config", "use_parallel", "run_mode",
+                "use_legacy", "micro_batch_interleave_num")
+
+
+def context_of(config_path):
+    """What of the config at ``config_path`` the process's MindFormers Context is built from."""
+    import yaml
+    with open(config_path) as f:
+        config = yaml.safe_load(f)
+    return {key: config.get(key) for key in CONTEXT_KEYS}
+
+
+def run_as_its_own_process(config_path, cwd, env, out_path):
+    """``main(config_path)`` as ``python mf_launcher.py CONFIG`` runs it in a process of its
+    own, here after other runs of the same context (CONTEXT_KEYS): in ``cwd``, with ``env``
+    added to the environment, its output (this process's stdout and stderr, MindSpore's C++
+    logging included) into ``out_path``, Python's record of the warnings already shown
+    forgotten; the environment and working directory put back after. Returns the exit
+    status that process would have had: 0 returned, a SystemExit's code, 1 raised."""
+    environ, workdir = dict(os.environ), os.getcwd()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.argv = [os.path.abspath(__file__), config_path]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(out_path, "wb") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+    try:
+        with warnings.catch_warnings():   # entering it forgets the warnings already shown
+            main(config_path)
+        status = 0
+    except SystemExit as stop:
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        status = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    except BaseException:                 # a process would die of it: exit status 1
+        traceback.print_exc()
+        status = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(workdir)
+        gc.collect()                      # the run's network and graphs
+    return status
+
+
+def serve(reply_fd):
+    """Runs, one after another, the configs asked for on stdin, one JSON line each
+    (``config``, ``cwd``, ``env``, ``out``), each as run_as_its_own_process runs it; after
+    each, one JSON line (``status``) to file descriptor ``reply_fd``. Ends at stdin's end.
+    A config whose context is not the first run's is refused (status "context")."""
+    first = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        context = context_of(request["config"])
+        first = context if first is None else first
+        status = "context" if context != first else run_as_its_own_process(
+            request["config"], request["cwd"], request["env"], request["out"])
+        os.write(reply_fd, (json.dumps({"status": status}) + "\n").encode())
+
+
+def batch(plan_path):
+    """Every run of the plan (a JSON list of ``config``, ``cwd``, ``env``, and ``out`` and
+    ``status``, the files of its output and exit status, where ``{rank}`` stands for msrun's
+    RANK_ID), one after another in this process; their configs of one context."""
+    with open(plan_path) as f:
+        plan = json.load(f)
+    contexts = [context_of(request["config"]) for request in plan]
+    assert all(context == contexts[0] for context in contexts), contexts
+    rank = os.environ.get("RANK_ID", "0")       # msrun's, for each worker
+    for request in plan:
+        status = run_as_its_own_process(request["config"], request["cwd"], request["env"],
+                                        request["out"].format(rank=rank))
+        with open(request["status"].format(rank=rank), "w") as f:
+            f.write(str(status))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--serve":
+        serve(int(sys.argv[2]))
+    elif sys.argv[1] == "--batch":
+        batch(sys.argv[2])
+    else:
+        main(sys.argv[1])

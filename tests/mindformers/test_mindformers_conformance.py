@@ -8,17 +8,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from mf_config import MINDWATCH_CELL, STEPS, mf_config, mf_steps, run_launcher
+from mf_config import MINDWATCH_CELL, STEPS, mf_config, mf_steps
 from mf_conformance import FAULT_STEP, SETTINGS, TrainerCase, cases, markdown_table
 
 from mindwatch.cli import main as cli
 from mindwatch.runlog import read_rank_log
 
+# one worker under xdist: one launcher process runs the module's cases (the launcher fixture)
 pytestmark = [pytest.mark.mindformers, pytest.mark.conformance, pytest.mark.default_pair,
-              pytest.mark.timeout(300)]
+              pytest.mark.timeout(300), pytest.mark.xdist_group("mindformers_conformance")]
 
 
-def run(case: TrainerCase, tmp_path: Path) -> Path:
+def run(case: TrainerCase, tmp_path: Path, launcher) -> Path:
     settings = dict(SETTINGS)
     if case.skip_spike:
         settings["on_anomaly"] = {"loss_spike": "skip"}
@@ -36,7 +37,7 @@ def run(case: TrainerCase, tmp_path: Path) -> Path:
                                             "fault": "none", "good_weights":
                                             str(tmp_path / "good.ckpt")})
     config.write_text(yaml.safe_dump(yaml_config))
-    run_launcher(tmp_path, config)
+    launcher.run(tmp_path, config)
     return tmp_path / "mw"
 
 
@@ -78,8 +79,8 @@ def check(case: TrainerCase, tmp_path: Path, log_dir: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in cases()])
-def test_trainer_conformance(case, tmp_path, capsys):
-    check(case, tmp_path, run(case, tmp_path), capsys)
+def test_trainer_conformance(case, tmp_path, capsys, launcher):
+    check(case, tmp_path, run(case, tmp_path, launcher), capsys)
 
 
 def test_the_docs_show_the_trainer_table():

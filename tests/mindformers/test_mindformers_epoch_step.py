@@ -4,18 +4,20 @@ import json
 
 import pytest
 import yaml
-from mf_config import STEPS, mf_config, mf_epoch_steps, run_launcher
+from mf_config import STEPS, mf_config, mf_epoch_steps
 
 from mindwatch.runlog import read_rank_log
 
-pytestmark = [pytest.mark.mindformers, pytest.mark.default_pair, pytest.mark.timeout(300)]
+# one worker under xdist: one launcher process runs the module's Trainer runs (launcher)
+pytestmark = [pytest.mark.mindformers, pytest.mark.default_pair, pytest.mark.timeout(300),
+              pytest.mark.xdist_group("mindformers_epoch_step")]
 
 RUNNER = {"epochs": 2, "batch_size": 2, "sink_mode": False, "sink_size": 1,
           "gradient_accumulation_steps": 1}
 
 
-def test_each_step_record_names_the_epoch_step_mflossmonitor_printed(tmp_path):
-    run_launcher(tmp_path, mf_config(tmp_path, runner_config=RUNNER))
+def test_each_step_record_names_the_epoch_step_mflossmonitor_printed(tmp_path, launcher):
+    launcher.run(tmp_path, mf_config(tmp_path, runner_config=RUNNER))
     steps = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")).steps
     printed = mf_epoch_steps(tmp_path)          # one line a step, in order
     assert [s["step"] for s in steps] == list(range(1, 2 * STEPS + 1))
@@ -23,11 +25,11 @@ def test_each_step_record_names_the_epoch_step_mflossmonitor_printed(tmp_path):
     assert printed[STEPS] == (2, 1, STEPS)      # the second epoch numbers from 1 again
 
 
-def test_a_run_resumed_within_an_epoch_numbers_as_mflossmonitor_does(tmp_path):
+def test_a_run_resumed_within_an_epoch_numbers_as_mflossmonitor_does(tmp_path, launcher):
     """Resumed from CheckpointMonitor's save of step 13 (MindFormers' `resume_training`):
     MindFormers restarts cur_step_num at 1 and prints epoch 1, step 14."""
     checkpoints = tmp_path / "output" / "checkpoint"
-    run_launcher(tmp_path, mf_config(tmp_path, mindwatch=False,
+    launcher.run(tmp_path, mf_config(tmp_path, mindwatch=False,
                                      runner_config={**RUNNER, "epochs": 1}, callbacks=[
         {"type": "CheckpointMonitor", "prefix": "llama_tiny", "save_checkpoint_steps": 13,
          "directory": str(checkpoints)}]))
@@ -41,7 +43,7 @@ def test_a_run_resumed_within_an_epoch_numbers_as_mflossmonitor_does(tmp_path):
     config = yaml.safe_load(mf_config(resumed, runner_config=RUNNER).read_text())
     config.update(load_checkpoint=str(rank_dir.parent), resume_training=True)
     (resumed / "config.yaml").write_text(yaml.safe_dump(config))
-    run_launcher(resumed, resumed / "config.yaml")
+    launcher.run(resumed, resumed / "config.yaml")
     steps = read_rank_log(str(resumed / "mw" / "rank_0.jsonl")).steps
     printed = mf_epoch_steps(resumed)
     assert printed[0] == (1, 14, STEPS) and len(printed) == 2 * STEPS - 13

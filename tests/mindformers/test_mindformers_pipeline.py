@@ -6,20 +6,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from mf_config import STEPS, mf_config, mf_steps, run_launcher
+from mf_config import STEPS, mf_config, mf_steps
 
 from mindwatch.runlog import read_rank_log
 
+# One worker under xdist for the module: one launcher process runs its Trainer runs (the
+# launcher fixture), full_run's among them, once.
 pytestmark = [
-    pytest.mark.mindformers, pytest.mark.timeout(300)]
-
-
-# The tests that read full_run's outputs share one worker under xdist: one run, not three.
-_ONE_RUN = pytest.mark.xdist_group("mindformers_full_run")
+    pytest.mark.mindformers, pytest.mark.timeout(300),
+    pytest.mark.xdist_group("mindformers_pipeline")]
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory):
+def full_run(tmp_path_factory, launcher):
     """One healthy run with what a user turns on beside mindwatch: MindFormers' own
     TrainingStateMonitor (local norms), CheckpointMonitor and TensorBoard, and mindwatch's
     per-layer norms and TensorBoard. The tests below read its outputs."""
@@ -34,11 +33,10 @@ def full_run(tmp_path_factory):
     yaml_config["callbacks"][-2].update(layer_norms_interval=5, tensorboard=True,
                                         state_interval=10)
     config.write_text(yaml.safe_dump(yaml_config))
-    applied = run_launcher(tmp_path, config)
+    applied = launcher.run(tmp_path, config)
     return tmp_path, applied, read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
 
 
-@_ONE_RUN
 def test_a_healthy_run_matches_mflossmonitor_step_by_step(full_run):
     tmp_path, applied, log = full_run
     ours, theirs = {s["step"]: s for s in log.steps}, mf_steps(tmp_path)
@@ -54,7 +52,6 @@ def test_a_healthy_run_matches_mflossmonitor_step_by_step(full_run):
     assert applied == STEPS
 
 
-@_ONE_RUN
 def test_the_run_record_names_this_tested_mindformers_pair(full_run):
     import importlib.metadata
 
@@ -67,7 +64,6 @@ def test_the_run_record_names_this_tested_mindformers_pair(full_run):
     assert not [r for r in log.records if r["kind"] == "notice" and "tested" in r["message"]]
 
 
-@_ONE_RUN
 def test_local_norms_are_per_layer_norms_beside_mindformers_own_monitors(full_run):
     tmp_path, _, log = full_run
     with_layers = [s for s in log.steps if "layer_grad_norms" in s]
@@ -80,7 +76,6 @@ def test_local_norms_are_per_layer_norms_beside_mindformers_own_monitors(full_ru
     assert list((tmp_path / "output" / "checkpoint").rglob("*.ckpt"))
 
 
-@_ONE_RUN
 def test_state_records_hold_the_weights_and_moments_of_mindformers_checkpoints(full_run):
     """At steps 10 and 20 CheckpointMonitor saved the weights and AdamW's moments: the state
     records' per-layer norms are theirs; the gradients are the local norms of that step."""
@@ -108,7 +103,6 @@ def test_state_records_hold_the_weights_and_moments_of_mindformers_checkpoints(f
             assert fields["update_norm"] is None and fields["update_ratio"] is None
 
 
-@_ONE_RUN
 def test_tensorboard_scalars_go_beside_mindformers_own(full_run):
     from tensorboard.backend.event_processing import event_accumulator
     tmp_path, _, log = full_run
@@ -122,11 +116,11 @@ def test_tensorboard_scalars_go_beside_mindformers_own(full_run):
     assert losses == {s["step"]: pytest.approx(s["loss"], rel=1e-6) for s in log.steps}
 
 
-def test_a_step_mindformers_skips_by_global_norm_is_skipped(tmp_path):
+def test_a_step_mindformers_skips_by_global_norm_is_skipped(tmp_path, launcher):
     threshold = 1.43         # about half of this model's steps (1.36-1.49) reach it
     config = mf_config(tmp_path, use_skip_data_by_global_norm=True,
                      monitor_config={"global_norm_spike_threshold": threshold})
-    applied = run_launcher(tmp_path, config)
+    applied = launcher.run(tmp_path, config)
     steps = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")).steps
     expected = [s["step"] for s in steps if np.float32(s["grad_norm"]) >= np.float32(threshold)]
     assert 0 < len(expected) < STEPS
@@ -134,10 +128,11 @@ def test_a_step_mindformers_skips_by_global_norm_is_skipped(tmp_path):
     assert applied == STEPS - len(expected)                   # what MindFormers really did
 
 
-def test_a_nan_step_is_withheld_by_mindformers_and_stops_with_the_last_good_weights(tmp_path):
+def test_a_nan_step_is_withheld_by_mindformers_and_stops_with_the_last_good_weights(
+        tmp_path, launcher):
     import mindspore as ms
     config = mf_config(tmp_path, callbacks=[{"type": "NanAtStep", "step": 6}])
-    applied = run_launcher(tmp_path, config)
+    applied = launcher.run(tmp_path, config)
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     assert [s["step"] for s in log.steps] == [1, 2, 3, 4, 5, 6]
     assert log.steps[-1]["skipped"] is True                    # the overflow dropped it
@@ -158,15 +153,15 @@ def test_a_nan_step_is_withheld_by_mindformers_and_stops_with_the_last_good_weig
     again = yaml.safe_load(mf_config(resumed, mindwatch=False).read_text())
     again["load_checkpoint"] = anomaly["checkpoint"]
     (resumed / "config.yaml").write_text(yaml.safe_dump(again))
-    run_launcher(resumed, resumed / "config.yaml")
+    launcher.run(resumed, resumed / "config.yaml")
     mf_log = (resumed / "output" / "log" / "rank_0" / "info.log").read_text()
     assert "Network parameters are not loaded: ([]," in mf_log
     first = mf_steps(resumed)[1]["loss"]
     assert first != pytest.approx(mf_steps(tmp_path)[1]["loss"], abs=1e-4)   # trained weights
 
 
-def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path):
-    run_launcher(tmp_path, mf_config(tmp_path, clip=False,
+def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path, launcher):
+    launcher.run(tmp_path, mf_config(tmp_path, clip=False,
                                      callbacks=[{"type": "NanAtStep", "step": 4}]))
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     notices = [n["message"] for n in log.of_kind("notice")]
@@ -175,7 +170,8 @@ def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path):
     assert all(s["grad_norm"] is None for s in log.steps)
 
 
-def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts_down(tmp_path):
+def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts_down(
+        tmp_path, launcher):
     # 100 ms of steady compute a step, 900 ms from step 13 on: found unless a loaded host
     # made the baseline's steps three times slower than that compute
     config = mf_config(tmp_path, callbacks=[{"type": "SlowFromStep", "step": 13,
@@ -185,7 +181,7 @@ def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts
     yaml_config["callbacks"][-2].update(trend_warmup=2, pace_window=4,
                                         throughput_drop_factor=3.0)
     config.write_text(yaml.safe_dump(yaml_config))
-    run_launcher(tmp_path, config)
+    launcher.run(tmp_path, config)
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     assert len(log.anomalies) == 1, [(s["step"], s["step_time_s"]) for s in log.steps]
     [drop] = log.anomalies
@@ -201,22 +197,22 @@ def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts
     assert etas[17] == pytest.approx(log.steps[19]["time"] - log.steps[17]["time"], rel=0.1)
 
 
-def test_the_trainer_callbacks_argument_works_too(tmp_path):
-    applied = run_launcher(tmp_path, mf_config(tmp_path, mindwatch=False),
+def test_the_trainer_callbacks_argument_works_too(tmp_path, launcher):
+    applied = launcher.run(tmp_path, mf_config(tmp_path, mindwatch=False),
                    MINDWATCH_TRAINER_LOG_DIR=str(tmp_path / "mw"))
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     assert [s["step"] for s in log.steps] == list(range(1, STEPS + 1))
     assert log.end["reason"] == "completed" and applied == STEPS
 
 
-def test_the_run_length_is_right_when_the_cpu_drops_mindformers_sink_mode(tmp_path):
+def test_the_run_length_is_right_when_the_cpu_drops_mindformers_sink_mode(tmp_path, launcher):
     # MindFormers multiplies the epochs by data size / sink size for its sinks; the CPU then
     # trains every one of those epochs over the whole dataset
     config = mf_config(tmp_path)
     yaml_config = yaml.safe_load(config.read_text())
     yaml_config["runner_config"].update(sink_mode=True, sink_size=5)
     config.write_text(yaml.safe_dump(yaml_config))
-    applied = run_launcher(tmp_path, config)
+    applied = launcher.run(tmp_path, config)
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     trained = len(log.steps)
     assert trained == applied > STEPS

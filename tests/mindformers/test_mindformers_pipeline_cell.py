@@ -260,7 +260,9 @@ def test_gradient_accumulation_under_the_yaml_route_needs_mindwatch_launch(tmp_p
         [sys.executable, "-m", "mindspore.parallel.cluster.run", "--worker_num=2",
          "--local_worker_num=2", f"--master_port={free_port()}", f"--log_dir={logs}",
          "--join=True", str(shim), *script, str(HERE / "mf_launcher.py"), str(config)],
-        cwd=tmp_path, env=msrun_environment(REGISTER_PATH=REGISTER_PATH),
+        # the job fails; msrun ends once its scheduler gave up on the ranks that died, which
+        # MS_NODE_TIMEOUT seconds without their heartbeat take (by default 30 s more a job)
+        cwd=tmp_path, env=msrun_environment(REGISTER_PATH=REGISTER_PATH, MS_NODE_TIMEOUT="10"),
         capture_output=True, text=True, timeout=280)
     workers = [(logs / f"worker_{rank}.log").read_text(errors="replace") for rank in (0, 1)]
     # the rank that first meets the CPU's refusal ends the job: on a loaded host the other

@@ -8,19 +8,19 @@ from mf_config import (
     STEPS,
     mf_config,
     mf_steps,
-    run_launcher,
     state_digests,
 )
 
 from mindwatch.runlog import read_rank_log
 
-pytestmark = [pytest.mark.mindformers, pytest.mark.timeout(300)]
-
-_PAIR = pytest.mark.xdist_group("mindformers_healthy_pair")
+# One worker under xdist for the module: one launcher process runs its Trainer runs (the
+# launcher fixture), healthy_pair's among them, once.
+pytestmark = [pytest.mark.mindformers, pytest.mark.timeout(300),
+              pytest.mark.xdist_group("mindformers_protection")]
 
 
 @pytest.fixture(scope="module")
-def healthy_pair(tmp_path_factory):
+def healthy_pair(tmp_path_factory, launcher):
     """The same healthy run twice, with MindFormers' cell and with mindwatch's: per-parameter
     norms on (runner_wrapper.local_norm) and a state record every 10 steps."""
     runs = {}
@@ -32,12 +32,11 @@ def healthy_pair(tmp_path_factory):
         settings = yaml.safe_load(config.read_text())
         settings["runner_wrapper"]["local_norm"] = True
         config.write_text(yaml.safe_dump(settings))
-        applied = run_launcher(tmp_path, config)
+        applied = launcher.run(tmp_path, config)
         runs[name] = (tmp_path, applied, read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")))
     return runs
 
 
-@_PAIR
 def test_mflossmonitor_prints_the_same_lines_with_either_cell(healthy_pair):
     (theirs, applied_mf, _), (ours, applied_mw, log) = healthy_pair["mindformers"], \
         healthy_pair["mindwatch"]
@@ -54,7 +53,6 @@ def test_mflossmonitor_prints_the_same_lines_with_either_cell(healthy_pair):
         assert step["skipped"] is False and step["loss_scale"] == 1.0
 
 
-@_PAIR
 def test_the_monitor_says_which_cell_protects(healthy_pair):
     notices = {name: [n["message"] for n in run[2].of_kind("notice")]
                for name, run in healthy_pair.items()}
@@ -66,7 +64,6 @@ def test_the_monitor_says_which_cell_protects(healthy_pair):
         (healthy_pair["mindwatch"][0] / "launcher.out").read_text()
 
 
-@_PAIR
 def test_state_records_hold_the_update_under_mindwatchs_cell(healthy_pair):
     states = {name: run[2].of_kind("state") for name, run in healthy_pair.items()}
     assert [s["step"] for s in states["mindwatch"]] == [10, 20]
@@ -82,7 +79,8 @@ def test_state_records_hold_the_update_under_mindwatchs_cell(healthy_pair):
             assert entry["m_norm"] > 0 and entry["v_norm"] > 0
 
 
-def test_explosions_and_a_nan_are_withheld_and_the_loss_scale_sees_only_the_overflow(tmp_path):
+def test_explosions_and_a_nan_are_withheld_and_the_loss_scale_sees_only_the_overflow(
+        tmp_path, launcher):
     """grad_explode below some steps' norms, under "skip"; a NaN embedding at step 12 (an
     overflow, MindFormers' own check). A dynamic loss scale of 1024: halved by the overflow
     alone. Every withheld step leaves the training state bit-identical."""
@@ -98,7 +96,7 @@ def test_explosions_and_a_nan_are_withheld_and_the_loss_scale_sees_only_the_over
         "type": "DynamicLossScaleUpdateCell", "loss_scale_value": 1024, "scale_factor": 2,
         "scale_window": 1000}
     config.write_text(yaml.safe_dump(settings))
-    applied = run_launcher(tmp_path, config)
+    applied = launcher.run(tmp_path, config)
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     digests = state_digests((tmp_path / "launcher.out").read_text())
     withheld = [s["step"] for s in log.steps if s["skipped"]]
@@ -125,10 +123,10 @@ def test_explosions_and_a_nan_are_withheld_and_the_loss_scale_sees_only_the_over
     assert all(replays[s]["reproduced"] is True for s in exploded)
 
 
-def test_the_cell_without_the_monitor_says_what_it_does_not_protect(tmp_path):
+def test_the_cell_without_the_monitor_says_what_it_does_not_protect(tmp_path, launcher):
     config = mf_config(tmp_path, mindwatch=False, cell=MINDWATCH_CELL,
                        callbacks=[{"type": "NanAtStep", "step": 4}])
-    applied = run_launcher(tmp_path, config)
+    applied = launcher.run(tmp_path, config)
     out = (tmp_path / "launcher.out").read_text()
     assert out.count("MindWatchTrainOneStepCell runs without MindWatchMonitor") == 1
     assert "Add `- type: MindWatchMonitor`" in out

@@ -1,22 +1,67 @@
 """Two data-parallel ranks under MindFormers' Trainer, started by msrun the way a user starts
-`run_mindformer.py`: one mindwatch log per rank, and one stop for all of them."""
+`run_mindformer.py`: one mindwatch log per rank, and one stop for all of them. The three
+runs go one after another in one msrun job (one cluster start-up: ``runs``), each test
+reading its own."""
 
 import numpy as np
 import pytest
-from mf_config import MINDWATCH_CELL, data_parallel, mf_config, mf_steps, run_msrun
+from mf_config import (
+    MINDWATCH_CELL,
+    batch_result,
+    data_parallel,
+    mf_config,
+    mf_steps,
+    run_msrun_batch,
+)
 
 from mindwatch.runlog import read_run
 from msrun_env import assert_ranks_ran_this_mindspore
 
+# the first test waits for the job of all three runs
 pytestmark = [
-    pytest.mark.mindformers, pytest.mark.msrun, pytest.mark.timeout(300)]
+    pytest.mark.mindformers, pytest.mark.msrun, pytest.mark.timeout(420)]
 STEPS = 10           # each rank's shard: 20 samples in batches of 2
 
 
-def test_a_stop_asked_on_one_rank_ends_both_after_that_step(tmp_path):
-    config = data_parallel(mf_config(tmp_path, callbacks=[
+def _stop(where):
+    return data_parallel(mf_config(where, callbacks=[
         {"type": "StopAtStep", "step": 4, "rank": 1}]))
-    applied = run_msrun(tmp_path, config)
+
+
+def _nan(where):
+    return data_parallel(mf_config(where, callbacks=[
+        {"type": "NanAtStep", "step": 6, "rank": 1}]))
+
+
+def _nan_skipped(where):
+    return data_parallel(mf_config(
+        where, cell=MINDWATCH_CELL, callbacks=[{"type": "NanAtStep", "step": 6, "rank": 1}],
+        monitor={"on_anomaly": {"loss_nonfinite": "skip", "gradient_nonfinite": "skip"}}))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Each run's folder once the job of all three ended, and msrun's result."""
+    root = tmp_path_factory.mktemp("ranks")
+    configs = {}
+    for name, make in (("stop", _stop), ("nan", _nan), ("nan_skipped", _nan_skipped)):
+        (root / name).mkdir()
+        configs[name] = make(root / name)
+    return root, run_msrun_batch(root, configs)
+
+
+def _run(runs, name):
+    """The run's folder and the updates each rank's optimizer applied."""
+    root, result = runs
+    return root / name, batch_result(result, root / name)
+
+
+def test_the_job_of_the_three_runs_ended_cleanly(runs):
+    assert runs[1].returncode == 0, runs[1].stderr[-3000:]
+
+
+def test_a_stop_asked_on_one_rank_ends_both_after_that_step(runs):
+    tmp_path, applied = _run(runs, "stop")
     run = read_run(str(tmp_path / "mw"))
     assert [log.rank for log in run.ranks] == [0, 1]
     assert_ranks_ran_this_mindspore(run, mindformers=True)
@@ -35,11 +80,9 @@ def test_a_stop_asked_on_one_rank_ends_both_after_that_step(tmp_path):
     assert applied == [4, 4]
 
 
-def test_nan_on_one_rank_stops_both_at_that_step_with_the_last_good_weights(tmp_path):
+def test_nan_on_one_rank_stops_both_at_that_step_with_the_last_good_weights(runs):
     import mindspore as ms
-    config = data_parallel(mf_config(tmp_path, callbacks=[
-        {"type": "NanAtStep", "step": 6, "rank": 1}]))
-    applied = run_msrun(tmp_path, config)
+    tmp_path, applied = _run(runs, "nan")
     first, second = read_run(str(tmp_path / "mw")).ranks
     for log in (first, second):
         assert [s["step"] for s in log.steps] == [1, 2, 3, 4, 5, 6]
@@ -60,14 +103,11 @@ def test_nan_on_one_rank_stops_both_at_that_step_with_the_last_good_weights(tmp_
         assert np.isfinite(weights).all() and np.array_equal(weights, saved[1][name].asnumpy())
 
 
-def test_mindwatchs_cell_withholds_one_ranks_nan_on_both_and_names_that_rank(tmp_path):
+def test_mindwatchs_cell_withholds_one_ranks_nan_on_both_and_names_that_rank(runs):
     """MindWatchTrainOneStepCell on two data-parallel ranks, a NaN embedding on rank 1 at
     step 6, under "skip": both ranks withhold step 6 and train on, with the same weights;
     each rank's own gradient norm before the reduction names rank 1."""
-    config = data_parallel(mf_config(
-        tmp_path, cell=MINDWATCH_CELL, callbacks=[{"type": "NanAtStep", "step": 6, "rank": 1}],
-        monitor={"on_anomaly": {"loss_nonfinite": "skip", "gradient_nonfinite": "skip"}}))
-    applied = run_msrun(tmp_path, config)
+    tmp_path, applied = _run(runs, "nan_skipped")
     run = read_run(str(tmp_path / "mw"))
     assert_ranks_ran_this_mindspore(run, mindformers=True)
     for log in run.ranks:

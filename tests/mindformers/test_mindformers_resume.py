@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mf_config import HERE, MINDWATCH_CELL, STEPS, mf_config, run_launcher
+from mf_config import HERE, MINDWATCH_CELL, STEPS, mf_config
 
 from mindwatch.runlog import read_rank_log
 
 pytestmark = [pytest.mark.mindformers, pytest.mark.timeout(300),
-              # the tests share the runs of one worker under xdist
+              # one worker under xdist: one launcher process (the launcher fixture) runs
+              # the module's Trainer runs, resumed's once
               pytest.mark.xdist_group("mindformers_resume")]
 
 NAN_STEP = 6
@@ -34,14 +35,14 @@ def apply(settings, snippet):
 
 
 @pytest.fixture(scope="module")
-def resumed(tmp_path_factory):
+def resumed(tmp_path_factory, launcher):
     """Run 1: MindWatchTrainOneStepCell, a NaN at step 6 under the default policy
     (checkpoint_and_stop). Run 2: the same config without the NaN, with the advice of the
     report's .md applied."""
     tmp_path = tmp_path_factory.mktemp("resume")
     config = mf_config(tmp_path, cell=MINDWATCH_CELL, seed=1,
                        callbacks=[{"type": "NanAtStep", "step": NAN_STEP}])
-    first_applied = run_launcher(tmp_path, config)
+    first_applied = launcher.run(tmp_path, config)
     stopped = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     anomaly = stopped.anomalies[0]
     markdown = Path(anomaly["report"]).with_suffix(".md").read_text()
@@ -49,7 +50,7 @@ def resumed(tmp_path_factory):
     settings = yaml.safe_load(config.read_text())
     settings["callbacks"] = [c for c in settings["callbacks"] if c["type"] != "NanAtStep"]
     config.write_text(yaml.safe_dump(apply(settings, yaml.safe_load(advice))))
-    applied = run_launcher(tmp_path, config)
+    applied = launcher.run(tmp_path, config)
     return {"tmp_path": tmp_path, "first_applied": first_applied, "anomaly": anomaly,
             "language": language, "advice": advice, "applied": applied,
             "log": read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))}
@@ -83,9 +84,9 @@ def test_the_reports_yaml_resumes_at_the_withheld_step_with_the_step_count(resum
     assert f"dataset skip {NAN_STEP - 1} steps" in info         # the data position
 
 
-def test_the_resumed_losses_are_an_uninterrupted_runs(resumed, tmp_path):
+def test_the_resumed_losses_are_an_uninterrupted_runs(resumed, tmp_path, launcher):
     config = mf_config(tmp_path, cell=MINDWATCH_CELL, seed=1)
-    assert run_launcher(tmp_path, config) == STEPS
+    assert launcher.run(tmp_path, config) == STEPS
     healthy = {s["step"]: s["loss"] for s in read_rank_log(str(tmp_path / "mw" /
                                                                "rank_0.jsonl")).steps}
     log = resumed["log"]

@@ -1,6 +1,11 @@
 """The training script the msrun tests launch on every rank (not a test module itself).
 
-    msrun ... multirank_trainer.py LOG_DIR OUT_DIR SCENARIO
+    msrun ... multirank_trainer.py ROOT SCENARIO [SCENARIO ...]
+
+Each SCENARIO in turn, in this one process (one msrun job, one cluster start-up for all):
+its run log in ROOT/SCENARIO/run, the weights each rank ends with in ROOT/SCENARIO/out, and
+ROOT/SCENARIO/done_rank<R> once rank R finished it (what a scenario sets for itself, the
+input queue's size and PATH, is put back before the next).
 
 SCENARIO: healthy | nan_rank1 | overheat_rank0 | straggler_rank1 | long (runs until a signal
 stops it) | spike_rank1_skip (rank 1's targets x1e3 at SPIKE_STEP, on_anomaly "skip") |
@@ -113,12 +118,7 @@ class NudgeAt(ms.train.Callback):
             ms.ops.assign(weight, ms.Tensor(value))
 
 
-def main(log_dir, out_dir, scenario):
-    ms.set_context(mode=ms.GRAPH_MODE)
-    init()
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
-                                 gradients_mean=True)
-    rank = get_rank()
+def train(log_dir, out_dir, scenario, rank):
     settings = dict(hardware_interval_s=None, print_interval=5,
                     consistency_interval=CONSISTENCY_INTERVAL)
     steps, epochs, callbacks = 12, 2, []
@@ -156,7 +156,8 @@ def main(log_dir, out_dir, scenario):
         ds.config.set_prefetch_size(1)
     if scenario == "nudge_rank1" and rank == 1:
         callbacks = [NudgeAt(NUDGE_STEP)]
-    if os.environ.get("ALERT_WEBHOOK"):      # the test's webhook service, on every rank
+    if scenario == "overheat_rank0" and os.environ.get("ALERT_WEBHOOK"):
+        # the test's webhook service, on every rank
         settings.update(alert_webhook=os.environ["ALERT_WEBHOOK"])
     net = make_regressor()
     monitor = TrainMonitor(log_dir, **settings)
@@ -175,5 +176,25 @@ def main(log_dir, out_dir, scenario):
              **{p.name: p.asnumpy() for p in net.get_parameters()})
 
 
+def main(root, *scenarios):
+    ms.set_context(mode=ms.GRAPH_MODE)
+    init()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
+                                 gradients_mean=True)
+    rank = get_rank()
+    for scenario in scenarios:
+        where = os.path.join(root, scenario)
+        out_dir = os.path.join(where, "out")
+        os.makedirs(out_dir, exist_ok=True)
+        path, prefetch = os.environ["PATH"], ds.config.get_prefetch_size()
+        try:
+            train(os.path.join(where, "run"), out_dir, scenario, rank)
+        finally:
+            os.environ["PATH"] = path
+            ds.config.set_prefetch_size(prefetch)
+        with open(os.path.join(where, f"done_rank{rank}"), "w"):
+            pass
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:])

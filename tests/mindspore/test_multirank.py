@@ -1,6 +1,8 @@
 """Two real ranks under msrun on the CPU: one log each, one stop for all, stragglers.
 
-Each test has a hard timeout, so a hang fails fast instead of blocking CI."""
+The scenarios that end by themselves run one after another in one msrun job (one cluster
+start-up for all: ``job``); each test reads its own scenario's run. Each test has a hard
+timeout, so a hang fails fast instead of blocking CI."""
 import math
 import os
 import signal
@@ -19,16 +21,21 @@ from mindwatch.runlog import read_rank_log, read_run
 from msrun_env import assert_ranks_ran_this_mindspore, free_port, msrun_environment
 from webhook_service import Webhook
 
-pytestmark = [pytest.mark.msrun, pytest.mark.timeout(240)]
+# the first test of the job waits for the whole job (a few minutes on a loaded host)
+pytestmark = [pytest.mark.msrun, pytest.mark.timeout(420)]
 HERE = Path(__file__).resolve().parent
 TRAINER = HERE / "multirank_trainer.py"
+# The job's scenarios, in this order; every one ends by itself (the SIGTERM tests' "long"
+# is ended by its test, in a job of its own).
+SCENARIOS = ["healthy", "nudge_rank1", "nan_rank1", "spike_rank1_skip", "spike_rank1_rewind",
+             "overheat_rank0", "hang_rank1", "straggler_rank1", "slowdown_rank1"]
 
 
-def _msrun_command(tmp_path, log_dir, out_dir, scenario):
+def _msrun_command(root, *scenarios):
     return [sys.executable, "-m", "mindspore.parallel.cluster.run", "--worker_num=2",
             "--local_worker_num=2", f"--master_port={free_port()}",
-            f"--log_dir={tmp_path / 'msrun_logs'}", "--join=True",
-            str(TRAINER), str(log_dir), str(out_dir), scenario]
+            f"--log_dir={root / 'msrun_logs'}", "--join=True", str(TRAINER), str(root),
+            *scenarios]
 
 
 def _wait_for_steps(process, log_dir, *, ranks, steps, timeout=120):
@@ -56,19 +63,53 @@ def _wait_for_ends(process, log_dir, *, ranks, timeout=120):
         time.sleep(0.05)
 
 
-def msrun(tmp_path, scenario, **env):
-    log_dir, out_dir = tmp_path / "run", tmp_path / "out"
-    out_dir.mkdir()
-    result = subprocess.run(_msrun_command(tmp_path, log_dir, out_dir, scenario),
-                            env=msrun_environment(**env), capture_output=True, text=True,
-                            timeout=200, cwd=tmp_path)
-    worker_logs = "\n".join(p.read_text(errors="replace")[-3000:]
-                            for p in sorted((tmp_path / "msrun_logs").glob("worker_*.log")))
-    assert result.returncode == 0, f"msrun failed:\n{result.stderr[-3000:]}\n{worker_logs}"
-    run = read_run(str(log_dir))
+class Job:
+    """The msrun job of SCENARIOS: its root folder, msrun's result, the webhook's posts."""
+
+    def __init__(self, root, result, posts):
+        self.root, self.result, self.posts = root, result, posts
+
+    def said(self):
+        logs = "\n".join(p.read_text(errors="replace")[-3000:]
+                         for p in sorted((self.root / "msrun_logs").glob("worker_*.log")))
+        return f"msrun: exit status {self.result.returncode}\n{self.result.stderr[-3000:]}\n{logs}"
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, npu_smi_fixtures):
+    """Every scenario of SCENARIOS in one msrun job of two ranks. Rank 0's npu-smi is a fake
+    one whose card heats up (read by overheat_rank0 alone: the others sample no hardware),
+    and overheat_rank0 alone posts its alerts to a webhook service."""
+    root = tmp_path_factory.mktemp("multirank")
+    fake = root / "fake_npu"
+    fake.mkdir()
+    heating_npu_smi(fake, npu_smi_fixtures)
+    hook = Webhook()
+    try:
+        result = subprocess.run(_msrun_command(root, *SCENARIOS),
+                                env=msrun_environment(FAKE_NPU_DIR=str(fake),
+                                                      ALERT_WEBHOOK=hook.url),
+                                capture_output=True, text=True, timeout=400, cwd=root)
+    finally:
+        hook.close()
+    return Job(root, result, hook.posts)
+
+
+def msrun(job, scenario):
+    """``scenario``'s run log and the folder of the weights its ranks ended with, once both
+    ranks finished it."""
+    where = job.root / scenario
+    assert all((where / f"done_rank{rank}").exists() for rank in (0, 1)), job.said()
+    run = read_run(str(where / "run"))
     assert [log.rank for log in run.ranks] == [0, 1]
     assert_ranks_ran_this_mindspore(run)
-    return run, out_dir
+    return run, where / "out"
+
+
+def test_the_job_ran_every_scenario_and_ended_cleanly(job):
+    assert job.result.returncode == 0, job.said()
+    for scenario in SCENARIOS:
+        msrun(job, scenario)
 
 
 def same_weights_on_both_ranks(out):
@@ -81,8 +122,8 @@ def same_weights_on_both_ranks(out):
     return {name: weights[0][name] for name in weights[0].files}
 
 
-def test_healthy_two_ranks_agree(tmp_path):
-    run, out = msrun(tmp_path, "healthy")
+def test_healthy_two_ranks_agree(job):
+    run, out = msrun(job, "healthy")
     first, second = run.ranks
     assert first.run["world_size"] == second.run["world_size"] == 2
     assert [s["step"] for s in first.steps] == [s["step"] for s in second.steps] == \
@@ -95,11 +136,11 @@ def test_healthy_two_ranks_agree(tmp_path):
     same_weights_on_both_ranks(out)
 
 
-def test_a_replica_nudged_on_one_rank_is_a_mismatch_that_stops_both(tmp_path):
+def test_a_replica_nudged_on_one_rank_is_a_mismatch_that_stops_both(job):
     """One weight element moved on rank 1 before step 6; the replicas are compared every 4
     steps (healthy at 4): at step 8 both ranks find rank 1 differing from rank 0 in that
     weight, and stop; only rank 0, the side kept, writes the checkpoint."""
-    run, _ = msrun(tmp_path, "nudge_rank1")
+    run, _ = msrun(job, "nudge_rank1")
     name = "inp.weight"
     for log in run.ranks:
         assert [s["step"] for s in log.steps] == list(range(1, 9)), log.rank
@@ -114,8 +155,8 @@ def test_a_replica_nudged_on_one_rank_is_a_mismatch_that_stops_both(tmp_path):
     assert second["actions"] == ["stop"] and second["checkpoint"] is None
 
 
-def test_nan_on_one_rank_stops_both_after_the_same_step(tmp_path):
-    run, out = msrun(tmp_path, "nan_rank1")
+def test_nan_on_one_rank_stops_both_after_the_same_step(job):
+    run, out = msrun(job, "nan_rank1")
     first, second = run.ranks
     assert [s["step"] for s in first.steps] == [s["step"] for s in second.steps] == \
         [1, 2, 3, 4, 5]
@@ -145,8 +186,8 @@ def test_nan_on_one_rank_stops_both_after_the_same_step(tmp_path):
         assert (replay["step"], replay["reproduced"]) == (5, True), log.rank
 
 
-def test_a_loss_spike_on_one_rank_is_skipped_on_every_rank(tmp_path):
-    run, out = msrun(tmp_path, "spike_rank1_skip")
+def test_a_loss_spike_on_one_rank_is_skipped_on_every_rank(job):
+    run, out = msrun(job, "spike_rank1_skip")
     first, second = run.ranks
     for log in run.ranks:
         assert [s["step"] for s in log.steps if s["skipped"]] == [15], log.rank
@@ -157,8 +198,8 @@ def test_a_loss_spike_on_one_rank_is_skipped_on_every_rank(tmp_path):
     same_weights_on_both_ranks(out)
 
 
-def test_a_loss_spike_on_one_rank_rewinds_every_rank_to_the_same_snapshot(tmp_path):
-    run, out = msrun(tmp_path, "spike_rank1_rewind")
+def test_a_loss_spike_on_one_rank_rewinds_every_rank_to_the_same_snapshot(job):
+    run, out = msrun(job, "spike_rank1_rewind")
     first, second = run.ranks
     for log in run.ranks:
         [rewind] = log.of_kind("rewind")
@@ -173,16 +214,8 @@ def test_a_loss_spike_on_one_rank_rewinds_every_rank_to_the_same_snapshot(tmp_pa
     same_weights_on_both_ranks(out)
 
 
-def test_overheat_on_rank0_stops_rank1_too(tmp_path, npu_smi_fixtures):
-    fake = tmp_path / "fake_npu"
-    fake.mkdir()
-    heating_npu_smi(fake, npu_smi_fixtures)
-    hook = Webhook()
-    try:
-        run, _ = msrun(tmp_path, "overheat_rank0", FAKE_NPU_DIR=str(fake),
-                       ALERT_WEBHOOK=hook.url)
-    finally:
-        hook.close()
+def test_overheat_on_rank0_stops_rank1_too(job):
+    run, _ = msrun(job, "overheat_rank0")
     first, second = run.ranks
     overheat = [a for a in first.anomalies if a["anomaly"] == "overheat"]
     assert len(overheat) == 1 and overheat[0]["value"] == 90.0
@@ -195,12 +228,12 @@ def test_overheat_on_rank0_stops_rank1_too(tmp_path, npu_smi_fixtures):
     assert peer["checkpoint"] and os.path.exists(peer["checkpoint"])  # its weights saved too
     # One stop, told once: by rank 0, which found it; rank 1 only followed (each rank closed
     # its run log after draining its alerts, so every post has arrived).
-    assert [(p["body"]["event"], p["body"]["rank"], p["body"]["anomaly"]) for p in hook.posts] \
+    assert [(p["body"]["event"], p["body"]["rank"], p["body"]["anomaly"]) for p in job.posts] \
         == [("anomaly", 0, "overheat"), ("end", 0, "overheat")]
 
 
-def test_a_rank_stalled_in_its_data_source_hangs_both_and_summary_names_them(tmp_path):
-    run, _ = msrun(tmp_path, "hang_rank1")
+def test_a_rank_stalled_in_its_data_source_hangs_both_and_summary_names_them(job):
+    run, _ = msrun(job, "hang_rank1")
     for log in run.ranks:
         [hang] = log.anomalies
         # Rank 1 waits for its batch, rank 0 for rank 1 in the step's collective.
@@ -208,10 +241,10 @@ def test_a_rank_stalled_in_its_data_source_hangs_both_and_summary_names_them(tmp
         assert hang["threshold"] == HANG_TIMEOUT_S and hang["value"] >= HANG_TIMEOUT_S
         assert hang["where"] and log.end["reason"] == "completed" and len(log.steps) == 12
     assert "__next__ (iterators.py:" in run.ranks[1].anomalies[0]["where"]
-    report = (tmp_path / "run" / "anomalies" / f"hang_step{STALL_STEP - 1}_rank1.md")
+    report = (job.root / "hang_rank1" / "run" / "anomalies" / f"hang_step{STALL_STEP - 1}_rank1.md")
     assert "in a_data_source_that_stalls" in report.read_text()
     summary = subprocess.run([sys.executable, "-m", "mindwatch.cli", "summary",
-                              str(tmp_path / "run")], capture_output=True, text=True,
+                              str(job.root / "hang_rank1" / "run")], capture_output=True, text=True,
                              timeout=60)
     assert summary.returncode == 1
     assert summary.stdout.splitlines()[0].endswith(": 2 ANOMALIES, HUNG ON RANKS 0, 1")
@@ -220,8 +253,8 @@ def test_a_rank_stalled_in_its_data_source_hangs_both_and_summary_names_them(tmp
     assert f"rank 1 after step {STALL_STEP - 1}" in hung
 
 
-def test_slow_data_pipeline_rank_is_a_straggler(tmp_path):
-    run, _ = msrun(tmp_path, "straggler_rank1")
+def test_slow_data_pipeline_rank_is_a_straggler(job):
+    run, _ = msrun(job, "straggler_rank1")
     first, second = run.ranks
     stragglers = [a for a in second.anomalies if a["anomaly"] == "straggler"]
     assert len(stragglers) == 1 and stragglers[0]["actions"] == ["warn"]
@@ -236,10 +269,10 @@ def test_slow_data_pipeline_rank_is_a_straggler(tmp_path):
     assert [s["step"] for s in second.steps] == list(range(1, 41))
 
 
-def test_a_rank_whose_input_slows_down_is_named_by_every_rank(tmp_path):
+def test_a_rank_whose_input_slows_down_is_named_by_every_rank(job):
     """From SLOWDOWN_STEP rank 1's batches take SLOWDOWN_S: both ranks' steps slow down (rank 0
     waits in the all-reduce, as compute time), and both name rank 1's data time."""
-    run, _ = msrun(tmp_path, "slowdown_rank1")
+    run, _ = msrun(job, "slowdown_rank1")
     for log in run.ranks:
         drops = [a for a in log.anomalies if a["anomaly"] == "throughput_drop"]
         # one episode, or two when a fast stretch of rank 1's prefetching ends the first
@@ -257,9 +290,8 @@ def test_a_rank_whose_input_slows_down_is_named_by_every_rank(tmp_path):
 
 @pytest.mark.parametrize("targets", [(1,), (0, 1)], ids=["rank1-only", "every-rank"])
 def test_sigterm_stops_every_rank_after_the_same_step(tmp_path, targets):
-    log_dir, out_dir = tmp_path / "run", tmp_path / "out"
-    out_dir.mkdir()
-    process = subprocess.Popen(_msrun_command(tmp_path, log_dir, out_dir, "long"),
+    log_dir = tmp_path / "long" / "run"
+    process = subprocess.Popen(_msrun_command(tmp_path, "long"),
                                env=msrun_environment(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                                start_new_session=True)

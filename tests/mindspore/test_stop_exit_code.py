@@ -110,7 +110,11 @@ def test_under_msrun_every_worker_exits_with_stop_exit_code_and_msrun_fails(tmp_
         [sys.executable, "-m", "mindspore.parallel.cluster.run", "--worker_num=2",
          "--local_worker_num=2", f"--master_port={free_port()}", f"--log_dir={logs}",
          "--join=True", str(TRAINER), str(tmp_path / "run"), "nan_rank1", "42"],
-        env=msrun_environment(), capture_output=True, text=True, timeout=200, cwd=tmp_path)
+        # msrun ends once its scheduler gave up on the ranks that exited with an error, which
+        # MS_NODE_TIMEOUT seconds without their heartbeat take (by default 30 s, on a loaded
+        # host often met)
+        env=msrun_environment(MS_NODE_TIMEOUT="10"), capture_output=True, text=True,
+        timeout=200, cwd=tmp_path)
     workers = [(logs / f"worker_{rank}.log").read_text(errors="replace") for rank in (0, 1)]
     said = "\n".join(w[-2000:] for w in workers) + result.stderr[-2000:]
     # msrun's own status: 1 (its RuntimeError) whatever the workers' codes; it names the
