@@ -12,14 +12,18 @@ WINDOW, WARMUP = 10, 5
 HOG = [{"pid": 4242, "name": "stress-ng", "cpu_percent": 48.5}]
 
 
-def _run(tmp_path, clock, *, slow_others, slow_wait, slow_step=0.3, top=HOG, npu=None):
+def _run(tmp_path, clock, *, slow_others, slow_wait, slow_step=0.3, top=HOG, npu=None,
+         top_before=None, seeded=False):
     """100 steps of 0.1 s (the host 60% busy, 50% this process's, its threads waiting 5 ms a
     second), then 40 steps of ``slow_step`` with the other processes at ``slow_others`` % of
     the host and this process's threads waiting ``slow_wait`` s a second; ``npu``: the other
-    processes on this rank's NPU 0, ``(before, while slow)``."""
+    processes on this rank's NPU 0, ``(before, while slow)``; ``top_before``: the cpu_top of
+    the samples before; ``seeded``: the first sample wholly within the slow steps seeds a
+    scan (no cpu_top), the next names ``top``, as the sampler does (the one that straddles
+    the slowdown's start saw too little of it)."""
     monitor = Monitor(str(tmp_path), clock=clock, stream=io.StringIO(), hardware_interval_s=None,
                       pace_window=WINDOW, trend_warmup=WARMUP)
-    found, last_sample = [], clock.time()
+    found, last_sample, slow_samples = [], clock.time(), 0
     for step in range(1, 141):
         slow = step > 100
         clock.advance(slow_step if slow else 0.1)
@@ -27,11 +31,13 @@ def _run(tmp_path, clock, *, slow_others, slow_wait, slow_step=0.3, top=HOG, npu
         if clock.time() - last_sample >= 2.0:
             interval = clock.time() - last_sample
             others = slow_others if slow else 10.0
+            slow_samples += slow
+            named = (top if not seeded or slow_samples >= 3 else None) if slow else top_before
             found += monitor.observe_hardware(HardwareSample(
                 time=clock.time(), cpu_percent=min(others + 50.0, 100.0),
                 process_cpu_percent=50.0 if not slow else 100.0 - others,
                 cpu_wait_s=interval * (slow_wait if slow else 0.005),
-                cpu_top=top if slow else None, mem_used_gb=4.0, mem_available_gb=8.0,
+                cpu_top=named, mem_used_gb=4.0, mem_available_gb=8.0,
                 rss_gb=1.0, devices=[] if npu is None else [DeviceSample(
                     "npu", 0, mem_used_mb=30000.0, mem_total_mb=65536.0,
                     others=npu[slow])]))
@@ -47,6 +53,16 @@ def test_other_processes_that_take_the_cpu_are_the_cause(tmp_path, clock):
             "host 100% busy; the most: pid 4242 stress-ng 48.5%), and this process's threads, "
             "between them, waited 450.0 ms per step for a CPU (0.5 ms before)") in drop.message
     assert drop.value == pytest.approx(0.2) and drop.threshold == pytest.approx(0.15)
+
+
+def test_the_processes_named_are_those_that_took_the_cpu_since_the_slowdown(tmp_path, clock):
+    """Another process was named before (a busy host's scan every 20 s); as the contention
+    starts, the sampler seeds a scan and names the newcomers one sample later: the drop waits
+    for that sample and names them, not the process named before."""
+    [drop] = _run(tmp_path, clock, slow_others=60.0, slow_wait=1.5, seeded=True,
+                  top_before=[{"pid": 7, "name": "python", "cpu_percent": 11.0}])
+    assert drop.fields == {"cause": "host", "ranks": [0]}
+    assert "the most: pid 4242 stress-ng 48.5%)" in drop.message and "pid 7 " not in drop.message
 
 
 def test_a_slowdown_of_the_runs_own_beside_a_busier_host_is_compute(tmp_path, clock):

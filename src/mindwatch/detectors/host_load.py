@@ -19,6 +19,7 @@ Contention explains a slowdown (``explains``) when
 """
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -36,6 +37,7 @@ DEVICE_SHARE = 10.0   # percent of a device's SMs: a newcomer computing on it
 KEPT = 3600           # samples (2 h at the default 2 s): the spans asked about are recent
 WAIT_S = 10.0         # the least time a drop waits for a sample that covers its slow steps
 TOP_AGE_S = 60.0      # the oldest cpu_top that still names a contention (scans are sparse)
+NAMED_SHARE = 10.0    # percent of the host: the sampler names others from this (TOP_SHARE)
 
 Processes = Mapping[str, Sequence[Mapping[str, Any]]]     # device label -> its others
 
@@ -83,9 +85,17 @@ class HostLoad:
 
     def covers(self, start: float) -> bool:
         """Whether a sample has come whose whole interval is after ``start``, or none will
-        (none with this process's CPU has come: no sampler, or one that cannot read it)."""
+        (none with this process's CPU has come: no sampler, or one that cannot read it).
+        Where the other processes took a share worth naming since, it waits one sample more
+        for their names: the sampler seeds a scan as a contention starts, and its next sample
+        names them (an older scan would name who took the CPU before)."""
         with self._lock:
-            return not self._samples or self._samples[-1].start >= start
+            if not self._samples:
+                return True
+            after = list(itertools.takewhile(lambda s: s.start >= start,
+                                             reversed(self._samples)))
+        return bool(after) and (any(s.top for s in after) or len(after) >= 2
+                                or after[0].others < NAMED_SHARE)
 
     def deadline(self, now: float) -> float:
         """How long to wait, from ``now``, for a sample to cover what just happened: three of
@@ -99,7 +109,7 @@ class HostLoad:
         ``end``), else over those that cover part of it."""
         with self._lock:
             after = [s for s in reversed(self._samples) if start <= s.start < end]
-            top = self._top_before(end)
+            top = next((s.top for s in after if s.top), None) or self._top_before(end)
         return _load(after, top) if after else self.over(start, end)
 
     def over(self, start: float, end: float, *, latest: bool = True) -> Load | None:

@@ -18,7 +18,12 @@ The wall time between step ends is split in two:
   every period from the last until the run's end, each time at its median cost (the first
   left out: a first call compiles).
 
-``eta_s`` = steps left x pace + the expected costs. Nothing is made up: unknown until two
+- irregular costs: those of no kind that recurs now (a loaded host's hiccups, a cost that
+  comes at no period). Their rate is the median, over the last ``BLOCKS`` blocks of
+  ``BLOCK`` steps, of what each block spent on them: hiccups that come in most blocks are
+  part of the pace; a one-off, in one block, moves no median.
+
+``eta_s`` = steps left x (pace + irregular rate) + the expected costs. Nothing is made up: unknown until two
 steps have ended (the segment's first step end starts the clock, so its compilation is
 not in it), and absent without a known length. Measured in ``tests/mindspore/test_eta.py``
 under ``Model.train``, ``Model.fit`` with evaluations and the functional loop.
@@ -41,6 +46,8 @@ LAPSE = 2.0            # periods without the cost after which a kind no longer r
 MIN_PERIOD = 2         # steps: costs closer than this are a slow stretch, not a period
 RECENT = 9             # the latest costs of a kind kept
 MAX_KINDS = 16
+BLOCK = 10             # steps a block of irregular costs spans
+BLOCKS = 5             # the latest blocks whose median is the irregular rate (3 at least)
 
 
 @dataclass
@@ -82,6 +89,9 @@ class Eta:
         self._durations: deque[float] = deque(maxlen=WINDOW)     # seconds per step
         self._last: tuple[int, float] | None = None               # (step, monotonic s)
         self._kinds: list[_Kind] = []
+        # the costs of the last BLOCKS blocks: (step, seconds, their kind)
+        self._costs: deque[tuple[int, float, _Kind]] = deque()
+        self._first: int | None = None                            # the segment's first step
 
     def begin(self, total_steps: int | None) -> None:
         self.total_steps = total_steps
@@ -89,7 +99,8 @@ class Eta:
 
     def _reset(self) -> None:
         self._durations.clear()
-        self._last, self._kinds = None, []
+        self._last, self._kinds, self._first = None, [], None
+        self._costs.clear()
 
     def update(self, step: int, now: float) -> float | None:
         """Seconds from ``now`` (monotonic) to the last step, after ``step`` ended now."""
@@ -98,7 +109,11 @@ class Eta:
         if self._last is not None:
             steps = step - self._last[0]
             self._add((now - self._last[1]) / steps, steps, step)
+        else:
+            self._first = step
         self._last = (step, now)
+        while self._costs and self._costs[0][0] <= step - BLOCK * BLOCKS:
+            self._costs.popleft()
         if self.total_steps is None:
             return None
         if step >= self.total_steps:
@@ -106,8 +121,22 @@ class Eta:
         if not self._durations:
             return None
         left = self.total_steps - step
-        return left * self._pace(sorted(self._durations)) + sum(
-            kind.cost() * kind.expected(step, left) for kind in self._kinds)
+        expected = {id(kind): kind.expected(step, left) for kind in self._kinds}
+        return left * (self._pace(sorted(self._durations)) + self._irregular(step, expected)) \
+            + sum(kind.cost() * expected[id(kind)] for kind in self._kinds)
+
+    def _irregular(self, step: int, expected: dict[int, float]) -> float:
+        """Seconds per step: the median over the latest blocks of the costs of kinds that
+        do not recur now; 0 before 3 blocks of history."""
+        blocks = min(BLOCKS, (step - (self._first or step)) // BLOCK)
+        if blocks < 3:
+            return 0.0
+        spent = [0.0] * blocks
+        for at, cost, kind in self._costs:
+            block = (step - at) // BLOCK
+            if block < blocks and not expected.get(id(kind)):
+                spent[block] += cost
+        return median(spent) / BLOCK
 
     def _pace(self, ordered: list[float]) -> float:
         """The mean of the window's durations (``ordered``: sorted) no slower than
@@ -143,3 +172,4 @@ class Eta:
             near = _Kind()
             self._kinds.append(near)
         near.add(cost, step)
+        self._costs.append((step, cost, near))

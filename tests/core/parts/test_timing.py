@@ -1,5 +1,7 @@
 """StepTiming and Eta alone, on a fake clock: a step's times and rates, and the time left,
 which a one-off cost does not move and a recurring one is spread over."""
+from random import Random
+
 import pytest
 
 from mindwatch.observation import StepObservation
@@ -106,3 +108,15 @@ def test_a_stall_over_a_few_steps_and_a_cost_that_stops_recurring_add_nothing():
 def test_a_slower_pace_is_followed_within_the_window():
     etas, left = _run(400, lambda step: 0.02 if step > 100 else 0.0)
     assert etas[100 + ETA_WINDOW] == pytest.approx(left[100 + ETA_WINDOW], rel=0.01)
+
+
+def test_hiccups_of_a_loaded_host_at_no_period_are_part_of_the_pace():
+    """Two steps in ten, at no period, 15 ms slower (another process took the CPU): 1.5 ms a
+    step that no kind of cost recurs for. The ETA counts them from mid-run on (15% of the
+    time left without them: within 10%); a one-off cost among them still moves nothing."""
+    random = Random(3)
+    slow = {step for step in range(1, 401) if random.random() < 0.2} - {200}
+    etas, left = _run(400, lambda step: 0.015 if step in slow else 0.5 if step == 200 else 0.0)
+    for step in range(150, 301, 10):        # (the one-off at step 200 is no one's to foresee)
+        assert etas[step] == pytest.approx(left[step] - 0.5 * (step < 200), rel=0.1), step
+    assert etas[200] == pytest.approx(etas[199] - 0.02 - 0.0015, rel=0.02)
