@@ -161,9 +161,10 @@ def test_the_jit_step_loop_measures_its_data_time_and_finds_the_input_bound(tmp_
     assert min(late) >= 0.06
     assert {a.kind for a in found} == {"data_bound", "throughput_drop"}
     assert log.steps[-1]["eta_s"] == 0.0
-    # at step 60: the 10 steps left at the new, slower pace (20 slow steps are no stall)
-    left = log.steps[69]["time"] - log.steps[59]["time"]
-    assert log.steps[59]["eta_s"] == pytest.approx(left, rel=0.1)
+    # at step 60: the 10 steps left at the new, slower pace the last 10 showed (20 slow
+    # steps are no stall; what a loaded host does to the steps after is no one's to know)
+    pace = (log.steps[59]["time"] - log.steps[49]["time"]) / 10
+    assert log.steps[59]["eta_s"] == pytest.approx(10 * pace, rel=0.1)
 
 
 LEAK_RATE = 180e6          # bytes/s: the host's ~20 GB available gone in about two minutes

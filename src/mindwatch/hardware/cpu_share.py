@@ -72,12 +72,16 @@ class CpuShares:
             else host_busy_percent - share
         if others is None or others < TOP_SHARE:
             self._scan = None           # the next contention starts its scans anew
+        elif self._follow or (self._scan is not None and
+                              self._clock() - self._scanned >= TOP_EVERY_S and
+                              others - self._scanned_others < TOP_SHARE):
+            # a seed's follow-up names them even if the contention grew since (a fluctuating
+            # load would seed again and again, naming no one)
+            out[Hardware.CPU_TOP] = self._top(others)
+            self._follow = False
         elif self._scan is None or others - self._scanned_others >= TOP_SHARE:
             self._top(others)           # a contention starts, or grows: seed a short scan
             self._follow = True
-        elif self._follow or self._clock() - self._scanned >= TOP_EVERY_S:
-            out[Hardware.CPU_TOP] = self._top(others)
-            self._follow = False
         return out
 
     def _family(self) -> list[Any]:

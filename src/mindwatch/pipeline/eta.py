@@ -4,7 +4,8 @@ The wall time between step ends is split in two:
 
 - the steady pace: the mean time per step over the last ``WINDOW`` observations, leaving out
   the steps slower than ``EVENT_FACTOR`` times their median (a mean, so the ordinary jitter
-  of steps is in it); the mean of the last ``CHANGE`` (or a third of a shorter history) when
+  of steps is in it), and those faster by that factor (an older pace, once a slowdown has
+  turned the median); the mean of the last ``CHANGE`` (or a third of a shorter history) when
   each of them is that far off the median, on one side (a run that slowed down is not
   promised its old pace);
 - costs: what each of those slower steps took beyond the pace (a state step's extra graph,
@@ -31,7 +32,7 @@ under ``Model.train``, ``Model.fit`` with evaluations and the functional loop.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice, pairwise
@@ -121,8 +122,11 @@ class Eta:
         if not self._durations:
             return None
         left = self.total_steps - step
+        pace, changed = self._pace(sorted(self._durations))
+        while changed and self._costs and self._costs[-1][0] > step - changed:
+            self._costs.pop()                  # no costs: the new pace, before it was known
         expected = {id(kind): kind.expected(step, left) for kind in self._kinds}
-        return left * (self._pace(sorted(self._durations)) + self._irregular(step, expected)) \
+        return left * (pace + self._irregular(step, expected)) \
             + sum(kind.cost() * expected[id(kind)] for kind in self._kinds)
 
     def _irregular(self, step: int, expected: dict[int, float]) -> float:
@@ -138,26 +142,29 @@ class Eta:
                 spent[block] += cost
         return median(spent) / BLOCK
 
-    def _pace(self, ordered: list[float]) -> float:
-        """The mean of the window's durations (``ordered``: sorted) no slower than
-        EVENT_FACTOR x their median; the mean of the latest CHANGE when all of them are off
-        the median by that factor, on one side: the pace changed (a slowdown is no stall once
-        it lasts), before the median turns."""
+    def _pace(self, ordered: list[float]) -> tuple[float, int]:
+        """The mean of the window's durations (``ordered``: sorted) within EVENT_FACTOR of
+        their median; the mean of the latest CHANGE when all of them are off the median by
+        that factor, on one side: the pace changed (a slowdown is no stall once it lasts),
+        before the median turns. With how many of the latest steps made a new pace (0:
+        none)."""
         if len(ordered) < MIN_HISTORY:
-            return sum(ordered) / len(ordered)
+            return sum(ordered) / len(ordered), 0
         middle = ordered[len(ordered) // 2]
         # (a third of a short history: its median is no older pace than that)
         latest = list(islice(reversed(self._durations), min(CHANGE, len(ordered) // 3)))
         if all(d > EVENT_FACTOR * middle for d in latest) or \
                 all(d * EVENT_FACTOR < middle for d in latest):
-            return sum(latest) / len(latest)
-        steady = bisect_right(ordered, EVENT_FACTOR * middle)
-        return sum(ordered[:steady]) / steady
+            return sum(latest) / len(latest), len(latest)
+        # (steps faster by that factor are an older pace, once the median has turned)
+        low, high = bisect_left(ordered, middle / EVENT_FACTOR), \
+            bisect_right(ordered, EVENT_FACTOR * middle)
+        return sum(ordered[low:high]) / (high - low), 0
 
     def _add(self, per_step: float, steps: int, step: int) -> None:
         ordered = sorted(self._durations)
         if len(ordered) >= MIN_HISTORY and per_step > EVENT_FACTOR * ordered[len(ordered) // 2]:
-            cost = (per_step - self._pace(ordered)) * steps
+            cost = (per_step - self._pace(ordered)[0]) * steps
             if cost > 0:                  # none when the pace has changed to this one's
                 self._file(cost, step)
         self._durations.append(per_step)

@@ -120,3 +120,12 @@ def test_hiccups_of_a_loaded_host_at_no_period_are_part_of_the_pace():
     for step in range(150, 301, 10):        # (the one-off at step 200 is no one's to foresee)
         assert etas[step] == pytest.approx(left[step] - 0.5 * (step < 200), rel=0.1), step
     assert etas[200] == pytest.approx(etas[199] - 0.02 - 0.0015, rel=0.02)
+
+
+def test_a_slower_pace_that_turns_the_median_is_not_averaged_with_the_old_one():
+    """The jit loop's run on a loaded host: 39 steps of 25 ms, then its loader falls behind
+    (63 ms a step). Once the slow steps are half the window, the median is theirs: the
+    old pace's steps are no part of the new one."""
+    etas, left = _run(70, lambda step: 0.038 if step >= 40 else 0.0, pace=0.025)
+    for step in range(49, 70):
+        assert etas[step] == pytest.approx(left[step], rel=0.01), step
