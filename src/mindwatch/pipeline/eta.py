@@ -24,10 +24,11 @@ The wall time between step ends is split in two:
   ``BLOCK`` steps, of what each block spent on them: hiccups that come in most blocks are
   part of the pace; a one-off, in one block, moves no median.
 
-``eta_s`` = steps left x (pace + irregular rate) + the expected costs. Nothing is made up: unknown until two
-steps have ended (the segment's first step end starts the clock, so its compilation is
-not in it), and absent without a known length. Measured in ``tests/mindspore/test_eta.py``
-under ``Model.train``, ``Model.fit`` with evaluations and the functional loop.
+``eta_s`` = steps left x (pace + irregular rate) + the expected costs. Nothing is made
+up: unknown until two steps have ended (the segment's first step end starts the clock, so
+its compilation is not in it), and absent without a known length. Measured in
+``tests/mindspore/test_eta.py`` under ``Model.train``, ``Model.fit`` with evaluations and
+the functional loop.
 """
 from __future__ import annotations
 
