@@ -10,12 +10,18 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
+# uv installs the locks: a fresh .venv in ~30 s where pip took ~55 s (it unpacks and links
+# the ~2.8 GB in parallel). The venv keeps pip for whoever uses it by hand.
+UV_VERSION := 0.13.9
+# $(call INSTALL,VENV_DIR): uv's pip install into that venv
+INSTALL = $(1)/bin/uv pip install --quiet --python $(1)/bin/python
+
 $(STAMP): requirements.lock requirements-mindformers.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.lock
-	$(PY) -m pip install --quiet --no-deps -r requirements-mindformers.lock
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m pip install --quiet uv==$(UV_VERSION)
+	$(call INSTALL,$(VENV)) -r requirements.lock
+	$(call INSTALL,$(VENV)) --no-deps -r requirements-mindformers.lock
+	$(call INSTALL,$(VENV)) --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -41,9 +47,9 @@ COMPAT := .venv-compat
 $(COMPAT)/%/.installed: compat/%.lock pyproject.toml
 	rm -rf $(COMPAT)/$*
 	$(PYTHON) -m venv $(COMPAT)/$*
-	$(COMPAT)/$*/bin/python -m pip install --quiet --upgrade pip
-	$(COMPAT)/$*/bin/python -m pip install --quiet -r compat/$*.lock
-	$(COMPAT)/$*/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(COMPAT)/$*/bin/python -m pip install --quiet uv==$(UV_VERSION)
+	$(call INSTALL,$(COMPAT)/$*) -r compat/$*.lock
+	$(call INSTALL,$(COMPAT)/$*) --no-deps --no-build-isolation -e .
 	touch $@
 
 test-compat: $(COMPAT_PAIRS:%=$(COMPAT)/%/.installed)
