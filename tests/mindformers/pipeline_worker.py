@@ -19,6 +19,7 @@ regressor, the fault at FAULT_STEP, and writes ``OUT/<name>/rank_<R>.json``: per
 cell's loss, overflow, loss scale and global_norm outputs, the optimizer's global_step, and
 a digest of the weights and moments.
 """
+import gc
 import hashlib
 import json
 import os
@@ -168,4 +169,5 @@ def main(out, scenarios):
 
 
 if __name__ == "__main__":
+    gc.freeze()            # the imports' objects, out of MindSpore's gc.collect() a compile
     main(*sys.argv[1:])

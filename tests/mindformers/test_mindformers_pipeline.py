@@ -172,10 +172,11 @@ def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path, launcher):
 
 def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts_down(
         tmp_path, launcher):
-    # 100 ms of steady compute a step, 900 ms from step 13 on: found unless a loaded host
-    # made the baseline's steps three times slower than that compute
+    # 100 ms of steady compute a step, 1.5 s from step 13 on: three times slower (the drop
+    # factor) unless a loaded host added 0.6 s to every step; 1.5 times (what eta_s takes
+    # for a new pace) unless it added 2.8 s
     config = mf_config(tmp_path, callbacks=[{"type": "SlowFromStep", "step": 13,
-                                             "seconds": 0.8, "base": 0.1}])
+                                             "seconds": 1.4, "base": 0.1}])
     yaml_config = yaml.safe_load(config.read_text())
     # 20 steps: a short warm-up and window; a factor far above a loaded CPU's noise
     yaml_config["callbacks"][-2].update(trend_warmup=2, pace_window=4,
@@ -192,11 +193,12 @@ def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts
     assert all(s["data_time_s"] >= 0 for s in log.steps)
     etas = [s.get("eta_s") for s in log.steps]
     assert etas[0] is None and etas[-1] == 0.0 and all(e > 0 for e in etas[1:-1])
-    # the 2 steps left at the new pace: 6 slow steps in a row (a third of the 17 timed) are
-    # no stall. The pace is the one the slow steps showed (steps 15 to 18), not what the
-    # last two took: a loaded host may slow those after the ETA was given.
-    pace = (log.steps[17]["time"] - log.steps[13]["time"]) / 4
-    assert etas[17] == pytest.approx(2 * pace, rel=0.1)
+    # the 2 steps left at the new pace: the 6 slow steps in a row (a third of the 17 timed)
+    # are no stall. The pace is the one the latest 5 slow steps showed (steps 14 to 18), not
+    # what the last two took: a loaded host may slow those after the ETA was given.
+    pace = (log.steps[17]["time"] - log.steps[12]["time"]) / 5
+    assert etas[17] == pytest.approx(2 * pace, rel=0.1), \
+        [(s["step"], s["step_time_s"]) for s in log.steps]
 
 
 def test_the_trainer_callbacks_argument_works_too(tmp_path, launcher):

@@ -20,6 +20,7 @@ CONSISTENCY_INTERVAL steps.
 Data parallel on the CPU, each rank its own data, gradients reduced by
 monitor.wrap.
 """
+import gc
 import os
 import sys
 import threading
@@ -197,4 +198,5 @@ def main(root, *scenarios):
 
 
 if __name__ == "__main__":
+    gc.freeze()            # the imports' objects, out of MindSpore's gc.collect() a compile
     main(*sys.argv[1:])

@@ -150,8 +150,13 @@ class SteadyCompute(Callback):
 def test_rewinds_are_no_throughput_drop(tmp_path, quiet, graph_mode):
     """Each rewind restores the snapshot before the next step (a slow step); with the pace
     rules watching short windows, only the spikes are anomalies."""
+    # (the host sampled, so that a drop the host's other processes made says so)
     _, log = _train(tmp_path, quiet, _batches(80, poison=(35, 55)), snapshot_every=10,
-                    trend_warmup=5, pace_window=8, before=[SteadyCompute()])
+                    trend_warmup=5, pace_window=8, before=[SteadyCompute()],
+                    hardware_interval_s=0.5)
     assert [r["step"] for r in log.of_kind("rewind")][:2] == [35, 55]
     kinds = {a["anomaly"] for a in log.anomalies}
-    assert "loss_spike" in kinds and not kinds & {"throughput_drop", "data_bound"}
+    assert "loss_spike" in kinds and "data_bound" not in kinds
+    # (a test worker shares the host: a drop that its other processes explain is no rewind's)
+    assert all(a["cause"] == "host" for a in log.anomalies
+               if a["anomaly"] == "throughput_drop"), [a["message"] for a in log.anomalies]
