@@ -83,3 +83,14 @@ def test_report_options_in_a_real_process(tmp_path):
     _rejected(_run(["watch", run, "--refresh", "nan"]), "--refresh")
     _rejected(_run(["watch", run, "--wait", "inf"]), "--wait")
     _rejected(_run(["summary", run, "--json", "extra"]), "extra")
+
+
+def test_the_views_import_no_numpy_and_no_framework(tmp_path):
+    """`summary`, `report`, `watch` and `compare` read logs: a process whose address space is
+    capped (tests/report/test_torn_logs.py) has no room for numpy's BLAS buffers, and a
+    laptop reading a run's logs need not have MindSpore."""
+    code = ("import sys, mindwatch.cli; heavy = {'numpy', 'mindspore', 'torch', 'mindformers'};"
+            " print(sorted(heavy & set(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result

@@ -11,15 +11,21 @@ differs from which, and rank 0's side is kept.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..anomaly import REPLICA_MISMATCH, Anomaly
 from .peers import Peers
 
+if TYPE_CHECKING:
+    import numpy as np
+
 
 def replica_groups(fingerprints: np.ndarray) -> list[list[int]]:
     """Ranks with bit-identical rows, the largest group first (ties: lowest rank first)."""
+    # numpy imported here: the views import this package and need none (a reader's process
+    # under an address-space cap has no room for its BLAS buffers)
+    import numpy as np
+
     groups: dict[bytes, list[int]] = {}
     for rank, row in enumerate(fingerprints):
         groups.setdefault(np.ascontiguousarray(row).tobytes(), []).append(rank)
@@ -28,6 +34,8 @@ def replica_groups(fingerprints: np.ndarray) -> list[list[int]]:
 
 def first_difference(a: np.ndarray, b: np.ndarray, names: Sequence[str]) -> str:
     """The first tensor (two fingerprint entries each) where two rows differ."""
+    import numpy as np
+
     differ = np.flatnonzero(a.view(np.uint32) != b.view(np.uint32))
     return names[int(differ[0]) // 2] if len(differ) else "?"
 
@@ -43,6 +51,8 @@ class ReplicaCheck:
     def observe(self, *, step: int, fingerprints: np.ndarray,
                 names: Sequence[str]) -> list[Anomaly]:
         """``fingerprints``: one row per rank (float32), ``names``: the tensors in order."""
+        import numpy as np
+
         rows = np.asarray(fingerprints, np.float32)
         groups = replica_groups(rows)
         if len(groups) < 2:
