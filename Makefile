@@ -10,11 +10,14 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# uv installs the locks: a fresh .venv in ~30 s where pip took ~55 s (it unpacks and links
-# the ~2.8 GB in parallel). The venv keeps pip for whoever uses it by hand.
+# uv installs the locks: a fresh .venv in ~20 s where pip took ~55 s (it unpacks, links and
+# compiles the ~2.8 GB in parallel). Compiled at install, as pip does: where
+# PYTHONDONTWRITEBYTECODE is set (this CI), every process would otherwise compile
+# MindSpore's sources again (10 s of CPU where 4 s import it). The venv keeps pip for
+# whoever uses it by hand.
 UV_VERSION := 0.13.9
 # $(call INSTALL,VENV_DIR): uv's pip install into that venv
-INSTALL = $(1)/bin/uv pip install --quiet --python $(1)/bin/python
+INSTALL = $(1)/bin/uv pip install --quiet --compile-bytecode --python $(1)/bin/python
 
 $(STAMP): requirements.lock requirements-mindformers.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
