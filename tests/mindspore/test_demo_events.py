@@ -20,6 +20,9 @@ from mindwatch.basics import format as fmt
 from mindwatch.runlog import read_rank_log
 
 MINDWATCH = [sys.executable, "-m", "mindwatch.cli"]
+# One worker runs this module's tests: the module's one demo run (explosion) is then trained
+# once, not once on each worker that took a test of it.
+pytestmark = pytest.mark.xdist_group("demo_events")
 KINDS = ["gradient_explode", "loss_spike", "grad_spike"]
 VERDICT = ("computed again on the same batch and weights it came out bit-identical: the batch "
            "(step 120 of epoch 1) or the model's state is the cause, not the device")
