@@ -56,7 +56,7 @@ def train(run_dir: str) -> None:
     from mindspore.train import Callback
 
     from mindwatch.mindspore import TrainMonitor
-    from mindwatch.mindspore.checkpoint import save_atomically
+    from mindwatch.mindspore.checkpoints.checkpoint import save_atomically
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_seed(0)

@@ -129,7 +129,7 @@ IF_BASE, IF_COMPARED = "bare step, update inside an if", "TrainMonitor+wrap"
 def fingerprint_cost(model, repeats=20):
     """Seconds of one replica fingerprint (fingerprints.py) of the train cell ``model`` runs:
     what a consistency check costs besides its one all-reduce."""
-    from mindwatch.mindspore.fingerprints import Fingerprinter
+    from mindwatch.mindspore.ranks.fingerprints import Fingerprinter
     fingerprinter = Fingerprinter(model.train_network)
     fingerprinter.vector()                                  # compile
     start = time.perf_counter()
@@ -190,7 +190,7 @@ def probe_costs(repeats=50):
     from mindwatch.hardware.framework_memory import FrameworkMemoryProbe
     from mindwatch.hardware.host import HostProbe
     from mindwatch.hardware.npu_smi import NpuSmiProbe
-    from mindwatch.mindspore.memory import mindspore_memory_reader
+    from mindwatch.mindspore.hardware.memory import mindspore_memory_reader
     probes = {"host (psutil)": HostProbe(),
               "framework memory (mindspore.runtime)": FrameworkMemoryProbe(
                   mindspore_memory_reader())}

@@ -1,11 +1,12 @@
 """What a rewind snapshot costs: time to take and restore one, host memory, and the step-time
 overhead amortised over ``snapshot_every`` steps, for the demo model and a 100M-parameter one.
 
-A snapshot (``mindwatch.mindspore.snapshots.TrainStateSnapshots``) copies every Parameter of
-the train cell (weights, Adam's two moments, the step) to host memory; ``snapshots_kept``
-copies are held. The amortised overhead is ``take / (snapshot_every x step time)``; the
-100M model's step time is not measured on this CPU (minutes), so its rows give the absolute
-cost per step instead, to set against the step time of the accelerator it runs on.
+A snapshot (``mindwatch.mindspore.checkpoints.snapshots.TrainStateSnapshots``) copies every
+Parameter of the train cell (weights, Adam's two moments, the step) to host memory;
+``snapshots_kept`` copies are held. The amortised overhead is ``take / (snapshot_every x
+step time)``; the 100M model's step time is not measured on this CPU (minutes), so its rows
+give the absolute cost per step instead, to set against the step time of the accelerator it
+runs on.
 
     python benchmarks/snapshots.py [--big-params 100e6] [--repeats 3]
 """
@@ -19,8 +20,8 @@ import time
 import mindspore as ms
 from mindspore import nn
 
+from mindwatch.mindspore.checkpoints.snapshots import TrainStateSnapshots
 from mindwatch.mindspore.demo.model import build_demo
-from mindwatch.mindspore.snapshots import TrainStateSnapshots
 
 INTERVALS = (10, 100, 1000)
 

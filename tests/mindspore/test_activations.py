@@ -278,7 +278,7 @@ def test_a_cell_shared_by_two_parents_is_probed_once_with_what_both_names_asked(
         def construct(self, v):
             return self.q(self.p(v))
 
-    from mindwatch.mindspore.activation_probe import LOGITS_FROM_OUTPUT, ActivationProbes
+    from mindwatch.mindspore.probes.activation_probe import LOGITS_FROM_OUTPUT, ActivationProbes
     probes = ActivationProbes(Twice(), activations=["p.x"], attention_logits=["q.x"])
     assert list(probes.cells) == ["p.x"]
     assert shared.mindwatch_outputs is True and shared.mindwatch_logits == LOGITS_FROM_OUTPUT

@@ -6,7 +6,7 @@ from mindspore.train import Callback
 from mindspore.train.callback import RunContext, _InternalCallbackParam
 
 from mindwatch.mindspore import TrainMonitor
-from mindwatch.mindspore.cb_params import epoch_position
+from mindwatch.mindspore.reading.cb_params import epoch_position
 from mindwatch.runlog import read_rank_log
 from ms_helpers import make_regressor, regression_arrays, regression_dataset
 

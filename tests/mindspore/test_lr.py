@@ -79,7 +79,7 @@ class _NotElementwise(nn.learning_rate_schedule.LearningRateSchedule):
 
 
 def test_chunked_schedules_follow_knobs_and_fall_back_when_not_elementwise(pynative_mode):
-    from mindwatch.mindspore.lr import CHUNK, LrReader
+    from mindwatch.mindspore.step.lr import CHUNK, LrReader
 
     knob, reader = _Knob(), LrReader()
     assert reader._schedule_value(knob, 3) == pytest.approx(cosine(3), rel=1e-6)

@@ -3,7 +3,7 @@ import threading
 from types import SimpleNamespace
 
 from mindwatch.hardware.framework_memory import FrameworkMemoryProbe
-from mindwatch.mindspore.memory import mindspore_memory_reader
+from mindwatch.mindspore.hardware.memory import mindspore_memory_reader
 
 KEYS = {"device_target", "allocated_mb", "reserved_mb", "max_allocated_mb", "max_reserved_mb"}
 

@@ -1,6 +1,6 @@
 """The run record's sdc_detection: MindSpore's own silent-corruption detection, from the
 environment variables that configure it."""
-from mindwatch.mindspore.sdc import sdc_detection
+from mindwatch.mindspore.ranks.sdc import sdc_detection
 
 
 def test_each_way_of_switching_it_on():

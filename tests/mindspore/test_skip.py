@@ -7,7 +7,7 @@ from mindspore import dataset as ds
 from mindspore import nn
 
 from mindwatch.mindspore import TrainMonitor
-from mindwatch.mindspore.outputs import read_outputs
+from mindwatch.mindspore.reading.outputs import read_outputs
 from mindwatch.runlog import read_rank_log
 from ms_helpers import make_regressor, regression_arrays, weights_of
 

@@ -9,8 +9,8 @@ from mindspore import nn
 
 from mindwatch import Monitor
 from mindwatch.basics.run_dir import current_umask
-from mindwatch.mindspore.checkpoint import save_atomically
-from mindwatch.mindspore.mindinsight import MindInsightSink
+from mindwatch.mindspore.checkpoints.checkpoint import save_atomically
+from mindwatch.mindspore.sinks.mindinsight import MindInsightSink
 from mindwatch.report.html import write_html
 from mindwatch.runlog import read_run
 

@@ -13,7 +13,7 @@ from mindspore.train import Callback, SummaryCollector
 from mindspore.train.summary_pb2 import Event
 
 from mindwatch.mindspore import TrainMonitor
-from mindwatch.mindspore.mindinsight import read_events
+from mindwatch.mindspore.sinks.mindinsight import read_events
 from mindwatch.runlog import read_rank_log
 from mindwatch.sinks.prometheus import PrometheusSink
 from ms_helpers import make_regressor, regression_dataset

@@ -5,7 +5,7 @@ import pytest
 from mindspore import nn, ops
 
 from mindwatch.mindspore import TrainMonitor
-from mindwatch.mindspore.outputs import read_outputs
+from mindwatch.mindspore.reading.outputs import read_outputs
 from ms_helpers import make_regressor, regression_arrays, weights_of
 
 

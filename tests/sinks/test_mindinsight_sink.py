@@ -16,9 +16,9 @@ from mindspore.train.summary.summary_record import SummaryRecord
 from mindspore.train.summary_pb2 import Event
 from tensorboardX.crc32c import crc32c as reference_crc32c
 
-from mindwatch.mindspore import mindinsight
 from mindwatch.mindspore.compat import summary_event_class
-from mindwatch.mindspore.mindinsight import MindInsightSink
+from mindwatch.mindspore.sinks import mindinsight
+from mindwatch.mindspore.sinks.mindinsight import MindInsightSink
 
 
 def _masked(data):

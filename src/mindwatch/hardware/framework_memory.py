@@ -1,6 +1,6 @@
 """The training framework's own memory accounting, through a reader the adapter supplies.
 
-The core never imports a framework: ``mindwatch.mindspore.memory.mindspore_memory_reader``
+The core never imports a framework: ``mindwatch.mindspore.hardware.memory.mindspore_memory_reader``
 (or any callable returning a dict of plain numbers) is handed in from outside.
 """
 from __future__ import annotations

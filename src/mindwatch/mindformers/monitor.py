@@ -7,8 +7,8 @@ from typing import Any
 
 from ..basics.run_dir import RunLogExists
 from ..mindspore import TrainMonitor
-from ..mindspore.cb_params import steps_per_epoch
-from ..mindspore.checkpoint import save_atomically
+from ..mindspore.checkpoints.checkpoint import save_atomically
+from ..mindspore.reading.cb_params import steps_per_epoch
 from . import compat, resume
 from .pipeline_cell import MindWatchPipelineCell
 from .reader import MindFormersReader

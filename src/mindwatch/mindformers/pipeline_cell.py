@@ -41,8 +41,8 @@ import mindspore as ms
 from mindspore import nn, ops
 
 from ..mindspore.compat import parallel_context
-from ..mindspore.graph_sums import as_float32
-from ..mindspore.verdict import OWN_PREFIX
+from ..mindspore.step.graph_sums import as_float32
+from ..mindspore.step.verdict import OWN_PREFIX
 from . import compat
 from .protected import ProtectedCell
 

@@ -27,11 +27,11 @@ import numpy as np
 from mindspore import ops
 
 from ..mindspore.compat import parallel_context
-from ..mindspore.distributed import current_rank
-from ..mindspore.host_state import copies_before, host_state
-from ..mindspore.lr import group_indices
-from ..mindspore.outputs import StepOutputs
-from ..mindspore.verdict import OWN_PREFIX, StepVerdict, current_lr, stats_vector
+from ..mindspore.probes.host_state import copies_before, host_state
+from ..mindspore.ranks.distributed import current_rank
+from ..mindspore.reading.outputs import StepOutputs
+from ..mindspore.step.lr import group_indices
+from ..mindspore.step.verdict import OWN_PREFIX, StepVerdict, current_lr, stats_vector
 from . import compat
 
 

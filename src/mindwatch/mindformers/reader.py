@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..mindspore.cell_reader import TrainCellReader
-from ..mindspore.outputs import StepOutputs, from_stats, read_outputs
+from ..mindspore.reading.cell_reader import TrainCellReader
+from ..mindspore.reading.outputs import StepOutputs, from_stats, read_outputs
 from . import compat
 from .resume import ResumePoint, yaml_advice
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..basics.run_dir import write_text_atomically
 from ..decisions.anomaly_report import Snippet
-from ..mindspore.cb_params import field, steps_per_epoch
+from ..mindspore.reading.cb_params import field, steps_per_epoch
 from ..records import Step
 from . import compat
 

@@ -34,8 +34,8 @@ from __future__ import annotations
 import mindspore as ms
 from mindspore import nn, ops
 
-from ..mindspore.graph_sums import after, square_sum
-from ..mindspore.verdict import OWN_PREFIX
+from ..mindspore.step.graph_sums import after, square_sum
+from ..mindspore.step.verdict import OWN_PREFIX
 from . import compat
 from .protected import ProtectedCell, data_parallel_world
 

@@ -14,7 +14,15 @@ from ..monitor import Monitor
 from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
 from . import compat
-from .cb_params import (
+from .checkpoints.checkpoint import save_atomically
+from .checkpoints.saved_states import ModelCheckpointWatch
+from .checkpoints.snapshots import TrainStateSnapshots
+from .exit_status import exit_after_stop
+from .hardware.memory import mindspore_memory_reader
+from .probes.state_steps import StateSteps
+from .ranks.distributed import current_rank
+from .ranks.rank_sync import RankSync
+from .reading.cb_params import (
     SINK_MODE_DROPPED,
     batch_size_of,
     epoch_position,
@@ -25,23 +33,15 @@ from .cb_params import (
     setup_fields,
     sink_mode_dropped,
 )
-from .cell_reader import TrainCellReader
-from .checkpoint import save_atomically
-from .distributed import current_rank
-from .exit_status import exit_after_stop
-from .functional import ForwardCell, JitTrainStep
-from .layers import LayerGrouping
-from .limits import GraphLimits
-from .lr import LrReader
-from .memory import mindspore_memory_reader
-from .mindinsight import open_mindinsight_sink
-from .outputs import StepOutputs, read_outputs
-from .protection import build_step, replay_outcome, report_notes, unprotected
-from .rank_sync import RankSync
-from .saved_states import ModelCheckpointWatch
-from .snapshots import TrainStateSnapshots
-from .state_steps import StateSteps
-from .wrap import MonitoredTrainStep
+from .reading.cell_reader import TrainCellReader
+from .reading.layers import LayerGrouping
+from .reading.outputs import StepOutputs, read_outputs
+from .sinks.mindinsight import open_mindinsight_sink
+from .step.functional import ForwardCell, JitTrainStep
+from .step.limits import GraphLimits
+from .step.lr import LrReader
+from .step.protection import build_step, replay_outcome, report_notes, unprotected
+from .step.wrap import MonitoredTrainStep
 
 
 class TrainMonitor(Callback):

@@ -26,7 +26,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from ..records import Activation
+from ...records import Activation
 from .attention_logits import is_multihead_attention, multihead_max_logit
 
 # What a probe's Parameter holds: RAN is set to 1 by the graph, reset to 0 before each state

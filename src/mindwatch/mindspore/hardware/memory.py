@@ -4,11 +4,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..basics.units import (
+from ...basics.units import (
     MB,  # the same MB as the device samples, so pool and device figures compare
 )
-from ..records import FrameworkMemory
-from .compat import RUNTIME_MEMORY
+from ...records import FrameworkMemory
+from ..compat import RUNTIME_MEMORY
 
 # MindSpore documents these as "always 0" on CPU: no pool is tracked there, so 0 is not news
 UNTRACKED_TARGETS = ("CPU",)

@@ -14,10 +14,12 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.nn.wrap.grad_reducer import DistributedGradReducer
 
-from ..settings import check_bool, check_number
-from .activation_probe import ActivationProbes
-from .compat import parallel_context
-from .distributed import current_rank
+from ...settings import check_bool, check_number
+from ..compat import parallel_context
+from ..probes.activation_probe import ActivationProbes
+from ..probes.state_probe import layout_of, moments_of, state_vector, weights_before
+from ..ranks.distributed import current_rank
+from ..reading.outputs import StepOutputs, from_stats
 from .graph_sums import (
     after,
     as_float32,
@@ -27,8 +29,6 @@ from .graph_sums import (
     update_square_sum,
 )
 from .lr import group_indices
-from .outputs import StepOutputs, from_stats
-from .state_probe import layout_of, moments_of, state_vector, weights_before
 from .verdict import StepVerdict, current_lr, stats_vector
 
 # The ``stats`` output (float32 vector), read by the callback (outputs.py), is laid out as

@@ -1,7 +1,7 @@
 """Rank and world size from MindSpore's communication layer, else from the launcher."""
 from __future__ import annotations
 
-from ..basics.rank import RankInfo, rank_from_env
+from ...basics.rank import RankInfo, rank_from_env
 
 
 def communication_initialised() -> bool:

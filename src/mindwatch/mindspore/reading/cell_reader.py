@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .checkpoint import resume_snippet
+from ..checkpoints.checkpoint import resume_snippet
 from .outputs import StepOutputs, read_outputs
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..monitor import Monitor
+from ...monitor import Monitor
 from .consensus import RankConsensus, consensus_for
 from .fingerprints import Fingerprinter
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from mindspore.train import ModelCheckpoint
 
-from ..framework import SavedStates
-from .cb_params import field
-from .compat import checkpoint_destination, last_save_step
+from ...framework import SavedStates
+from ..compat import checkpoint_destination, last_save_step
+from ..reading.cb_params import field
 
 
 class ModelCheckpointWatch:

@@ -11,8 +11,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
-from ..records import Run
-from .sdc import sdc_detection
+from ...records import Run
+from ..ranks.sdc import sdc_detection
 
 # The notice of a run that asked for sink mode on the CPU.
 SINK_MODE_DROPPED = ("dataset_sink_mode=True was asked for, but MindSpore trains on the CPU "

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from ..records import LayerState, State
+from ...records import LayerState, State
+from ..reading.layers import LayerGrouping
 from .host_state import host_state
-from .layers import LayerGrouping
 from .state_probe import FIRST_MOMENT, GRAD, SECOND_MOMENT, UPDATE, WEIGHT, StateLayout
 
 _LAYER_FIELDS = {WEIGHT: LayerState.WEIGHT_NORM, UPDATE: LayerState.UPDATE_NORM,

@@ -17,7 +17,7 @@ from typing import Any
 import mindspore as ms
 from mindspore import nn
 
-from .outputs import StepOutputs, read_outputs
+from ..reading.outputs import StepOutputs, read_outputs
 from .wrap import MonitoredTrainStep
 
 

@@ -9,9 +9,9 @@ from typing import Any
 import mindspore as ms
 from mindspore import nn
 
-from ..basics.run_dir import apply_umask, checkpoint_path
-from ..decisions.anomaly_report import Snippet
-from .verdict import OWN_PREFIX
+from ...basics.run_dir import apply_umask, checkpoint_path
+from ...decisions.anomaly_report import Snippet
+from ..step.verdict import OWN_PREFIX
 
 
 def save_atomically(cell: nn.Cell, log_dir: str, step: int, rank: int,

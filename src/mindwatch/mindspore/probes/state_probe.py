@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from mindspore import nn, ops
 
-from .compat import FIRST_MOMENT_PREFIXES, SECOND_MOMENT_PREFIXES
+from ..compat import FIRST_MOMENT_PREFIXES, SECOND_MOMENT_PREFIXES
 
 WEIGHT, UPDATE, GRAD, FIRST_MOMENT, SECOND_MOMENT = (
     "weight_norm", "update_norm", "grad_norm", "m_norm", "v_norm")

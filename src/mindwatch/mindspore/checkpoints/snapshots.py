@@ -18,7 +18,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
-from .verdict import OWN_PREFIX
+from ..step.verdict import OWN_PREFIX
 
 
 class TrainStateSnapshots:

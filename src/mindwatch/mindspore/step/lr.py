@@ -11,7 +11,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn
 
-from .compat import schedule_table
+from ..compat import schedule_table
 
 # Steps of a schedule evaluated in one graph launch. Evaluating a schedule Cell from Python is
 # a graph launch, 1-3 ms on the CPU: per step, most of what monitoring without ``wrap`` cost.

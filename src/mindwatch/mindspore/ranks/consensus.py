@@ -18,8 +18,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from ..ranks.peers import Peers, stop_code, stop_reason
-from ..recovery.rewinding import RewindWish
+from ...ranks.peers import Peers, stop_code, stop_reason
+from ...recovery.rewinding import RewindWish
 from .distributed import communication_initialised, current_rank
 
 # Slots per rank, in this order: stop code, data time, rewind (steps back from this step to

@@ -7,9 +7,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..records import Step
+from ...records import Step
+from ..step.verdict import STAT_GRAD_NORM, STAT_LOSS, STAT_LR, StepVerdict
 from .layers import LayerGrouping
-from .verdict import STAT_GRAD_NORM, STAT_LOSS, STAT_LR, StepVerdict
 
 
 class ProtectedStep(Protocol):

@@ -9,12 +9,12 @@ from typing import Any
 import mindspore as ms
 from mindspore import nn
 
-from ..observation import ReplayOutcome
-from ..settings import MonitorSettings
-from .activation_probe import ActivationProbes
-from .cb_params import field
-from .cell_reader import TrainCellReader
-from .outputs import read_outputs
+from ...observation import ReplayOutcome
+from ...settings import MonitorSettings
+from ..probes.activation_probe import ActivationProbes
+from ..reading.cb_params import field
+from ..reading.cell_reader import TrainCellReader
+from ..reading.outputs import read_outputs
 from .wrap import MonitoredTrainStep
 
 

@@ -53,9 +53,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ..sinks.base import Sink, SinkContext
-from ..sinks.scalars import ScalarView
-from .compat import summary_event_class
+from ...sinks.base import Sink, SinkContext
+from ...sinks.scalars import ScalarView
+from ..compat import summary_event_class
 
 FILE_PREFIX = "mindwatch"
 FILE_SUFFIX = "_MS"

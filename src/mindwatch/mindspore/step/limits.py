@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ..recovery.skipping import SkipLimits
+from ...recovery.skipping import SkipLimits
 from .wrap import MonitoredTrainStep
 
 LIMIT_SLACK = 0.02      # relative move of a limit that is worth a write

@@ -15,7 +15,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from .verdict import OWN_PREFIX
+from ..step.verdict import OWN_PREFIX
 
 _fingerprint = ops.MultitypeFuncGraph("mindwatch_fingerprint")
 

@@ -1,0 +1,1 @@
+"""MindSpore's device-memory accounting, read for the core's hardware sampler."""

@@ -1,0 +1,1 @@
+"""Views written in MindSpore's own formats (the core's sinks know no framework)."""
