@@ -30,11 +30,12 @@ $(STAMP): requirements.lock requirements-mindformers.lock pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/mindwatch demo
 
-# Three pytest-xdist workers on this 2-core machine: many tests wait (for their msrun ranks,
-# a launcher, a sleeping step), and a third worker fills those waits: 546 s against 650-820 s
-# with two (tests/conftest.py keeps the msrun tests on one worker, one after another).
+# Two pytest-xdist workers (tests/conftest.py keeps the msrun tests on one of them, one
+# after another). A third fills the waits (for msrun's ranks, a launcher, a sleeping step):
+# 488-546 s against 650-820 s with two on this 2-core host, but the host is then so busy
+# that the contention and ETA tests' premises fail (3 runs of 4 had a failure): not yet.
 # PYTEST_WORKERS=0 runs every test in this process.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

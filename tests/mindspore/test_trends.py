@@ -242,7 +242,6 @@ def test_no_alarm_for_a_warm_up_lr_checkpoints_and_compilation(tmp_path, graph_m
     log = _train(tmp_path, Batches(100), lr=schedule, callbacks=[SlowSteps()], after=[saver])
     assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) >= 10
     assert log.anomalies == []
+    # (eta_s mid-run beside checkpoint saves is test_eta.py's, on a steadier pace than a
+    # 20 ms step's, which a loaded host doubles for a while)
     assert log.steps[-1]["eta_s"] == 0.0 and log.steps[0].get("eta_s") is None
-    # step 51: the 49 steps left at the wall-clock pace of the 50 steps since step 1's end
-    pace = (log.steps[50]["time"] - log.steps[0]["time"]) / 50
-    assert log.steps[50]["eta_s"] == pytest.approx(49 * pace, rel=0.1)
