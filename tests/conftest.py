@@ -174,9 +174,9 @@ def _join_xdist_group(item):
 
 # MindSpore runs a full gc.collect() before every graph it compiles (graph/api.py). In a
 # test process that has collected the whole suite and imported MindSpore and MindFormers,
-# each one walked ~1 M long-lived objects: 0.1-0.3 s a compile, about a fifth of the in-process
-# tests' time. Frozen once collected, those objects are out of every later collection; what
-# the tests allocate is still collected.
+# each one walked ~400k long-lived objects: 0.23 s a compile, about a fifth of the
+# in-process tests' time. Frozen once collected, those objects are out of every later
+# collection; what the tests allocate is still collected.
 def pytest_collection_finish(session):
     import gc
     gc.collect()
