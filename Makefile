@@ -32,7 +32,7 @@ demo: $(STAMP)
 
 # Two pytest-xdist workers (tests/conftest.py keeps the msrun tests on one of them, one
 # after another). A third fills the waits (for msrun's ranks, a launcher, a sleeping step):
-# 488-546 s against 650-820 s with two on this 2-core host, but the host is then so busy
+# 488-546 s against 621 s with two on this 2-core host, but the host is then so busy
 # that the contention and ETA tests' premises fail (3 runs of 4 had a failure): not yet.
 # PYTEST_WORKERS=0 runs every test in this process.
 PYTEST_WORKERS ?= 2
