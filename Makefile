@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-compat lint venv bench docs clean
+.PHONY: demo test test-compat test-torch lint venv bench docs clean
 
 venv: $(STAMP)
 
@@ -66,6 +66,22 @@ test-compat: $(COMPAT_PAIRS:%=$(COMPAT)/%/.installed)
 	  echo "== $$pair: $$(( $$(date +%s) - start )) s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-compat failed for:$$failed"; exit 1; fi
+
+# mindwatch.torch in its own venv (requirements-torch.lock: torch, transformers,
+# lightning, no MindSpore), built once and rebuilt when the lock changes; its tests are
+# tests/pytorch/ (marked torch). CI runs it beside make test-compat: the 8 minutes of
+# make test are MindSpore's.
+TORCH_VENV := .venv-torch
+$(TORCH_VENV)/.installed: requirements-torch.lock pyproject.toml
+	rm -rf $(TORCH_VENV)
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install --quiet -r requirements-torch.lock
+	$(TORCH_VENV)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+test-torch: $(TORCH_VENV)/.installed
+	$(TORCH_VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) -p no:cacheprovider tests/pytorch \
+	  $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy

@@ -107,6 +107,7 @@ class Versions(Fields):
     MINDSPORE = required("mindspore")
     PYTHON = required("python")
     MINDFORMERS = optional("mindformers")       # under mindwatch.mindformers
+    TORCH = optional("torch")                   # under mindwatch.torch
 
 
 class Step(Fields):

@@ -24,14 +24,13 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
+from ...recovery.float32_bounds import FLOAT32_MAX, bound
 from .graph_sums import as_float32
 
 # Parameters of mindwatch's own making in a train cell (the step limits, the stats a
 # MindFormers cell leaves for the callback): left out of checkpoints and snapshots, since
 # the host recomputes them.
 OWN_PREFIX = "mindwatch_"
-# "No limit" in the graph: the largest float32, not inf, so that +inf itself is past it.
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 STAT_LOSS, STAT_GRAD_NORM, STAT_LR = 0, 1, 2     # LRs from 2 on, one per parameter group
 
 
@@ -151,11 +150,3 @@ def stats_vector(loss, grad_norm, lr, group_lr: bool):
     if group_lr:
         return ops.concat((ops.stack((loss, grad_norm)), as_float32(lr)))
     return ops.stack((loss, grad_norm, as_float32(ops.reshape(lr, ()))))
-
-
-def bound(value: float) -> float:
-    """An upper bound as the graph holds it: rounded to float32 as set_data stores it, and
-    at most the largest float32 (beyond its range, or inf: no limit, yet +inf is past it)."""
-    with np.errstate(over="ignore"):
-        rounded = float(np.float32(value))
-    return min(rounded, FLOAT32_MAX) if not math.isnan(rounded) else FLOAT32_MAX

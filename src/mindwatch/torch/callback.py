@@ -1,0 +1,217 @@
+"""``TrainMonitor``: mindwatch for a PyTorch training loop (and, through ``trainers/``,
+Hugging Face's Trainer and Lightning)."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..anomaly import Anomaly
+from ..basics.checks import check_bool, check_number
+from ..framework import FrameworkHooks
+from ..monitor import Monitor
+from ..settings import MonitorSettings
+from . import compat
+from .checkpoints.checkpoint import resume_snippet, save_atomically
+from .checkpoints.snapshots import TrainStateSnapshots
+from .checkpoints.training_state import TrainingState
+from .hardware.memory import torch_memory_reader
+from .step.protection import ProtectedStep
+
+
+class TrainMonitor:
+    """Monitors a PyTorch training run.
+
+    Args:
+        log_dir: the run directory (created if missing); this rank logs to
+            ``<log_dir>/rank_<R>.jsonl`` (the rank from torchrun's ``RANK``/``WORLD_SIZE``),
+            anomaly reports go to ``anomalies/``, checkpoints to ``checkpoints/``.
+        stream: where the console view writes (default ``sys.stdout``).
+        clock: time source (tests pass a fake one).
+        **settings: any ``MonitorSettings`` field, each with a default (docs/api.md), e.g.
+            ``grad_explode=100.0``, ``on_anomaly={"loss_spike": "skip"}``.
+
+    Raises TypeError or ValueError naming a bad setting, an unwritable ``log_dir`` or an
+    existing run log without ``resume=True``; ImportError for a view whose package is
+    missing (it says what to install).
+
+    Example::
+
+        monitor = TrainMonitor("runs/exp1")
+        optimizer = monitor.protect(torch.optim.AdamW(model.parameters()), model=model)
+        for step, (x, y) in enumerate(loader, start=1):
+            monitor.backward(loss_fn(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+            if any(a.stops for a in monitor.observe(step=step)):
+                break
+        monitor.close()
+    """
+
+    def __init__(self, log_dir: str, *, stream=None, clock=None, **settings: Any):
+        self._state = TrainingState()
+        self.train_step: ProtectedStep | None = None
+        release = compat.release()
+        framework = FrameworkHooks(
+            versions={release.key: release.version},
+            untested=(release.untested,) if release.untested else (),
+            save_checkpoint=self._save_checkpoint,
+            resume_hint=lambda path: resume_snippet(path, self._state),
+            notes=self._notes, memory_reader=torch_memory_reader(),
+            snapshots=TrainStateSnapshots(self._state), unprotected=self._unprotected)
+        self.monitor = Monitor(log_dir, stream=stream, clock=clock, framework=framework,
+                               **settings)
+        self._began = False
+        self._said_closure = False
+
+    @property
+    def settings(self) -> MonitorSettings:
+        return self.monitor.settings
+
+    # -- the loop's three calls --------------------------------------------------------------
+    def protect(self, optimizer: torch.optim.Optimizer, *, model: torch.nn.Module | None = None,
+                clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
+                schedulers: Sequence[Any] = ()) -> torch.optim.Optimizer:
+        """Measure, judge and (when anomalous) withhold each of ``optimizer``'s steps.
+
+        Args:
+            optimizer: any ``torch.optim.Optimizer``; returned as it is, with two step hooks
+                (step/protection.py): an LR scheduler built on it, before or after, works.
+            model: the model it trains, for checkpoints and rewinds by name (without it they
+                hold the optimizer's parameters in order).
+            clip_grad_norm: clip the gradients to this global L2 norm after measuring (in
+                place of the loop's ``clip_grad_norm_``; None: no clipping).
+            skip_anomalous_updates: withhold the update of a step whose loss or gradients are
+                non-finite, whose norm is above ``grad_explode`` or whose LR blew up; with
+                ``on_anomaly`` "skip", also above the spike rules' limits. False: measure
+                only.
+            schedulers: the LR schedulers the loop steps, saved in checkpoints and rewound
+                with the optimizer.
+
+        Raises TypeError or ValueError naming a bad argument, or a second protect.
+        """
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError("optimizer must be a torch.optim.Optimizer; got "
+                            f"{type(optimizer).__name__}")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module or None; got "
+                            f"{type(model).__name__}")
+        check_number("clip_grad_norm", clip_grad_norm, low=0.0, low_open=True, optional=True)
+        check_bool("skip_anomalous_updates", skip_anomalous_updates)
+        for scheduler in schedulers:
+            if not callable(getattr(scheduler, "state_dict", None)):
+                raise TypeError("schedulers must be LR schedulers (with state_dict()); got "
+                                f"{type(scheduler).__name__}")
+        if self.train_step is not None:
+            if self.train_step.optimizer is not optimizer:
+                raise ValueError("this monitor already protects another optimizer: use one "
+                                 "TrainMonitor per optimizer")
+            self.train_step.remove()
+        self.train_step = ProtectedStep(optimizer, grad_explode=self.settings.grad_explode,
+                                        clip_grad_norm=clip_grad_norm,
+                                        skip_anomalous_updates=skip_anomalous_updates)
+        self._state.model, self._state.optimizer = model, optimizer
+        self._state.schedulers = list(schedulers)
+        self._push_limits()
+        return optimizer
+
+    def backward(self, loss: torch.Tensor, *, scaler: Any = None, **kwargs: Any) -> None:
+        """``loss.backward(**kwargs)``, the loss kept for the protected step (several calls
+        before a step: their mean, gradient accumulation). ``scaler``: AMP's
+        ``GradScaler``, whose scaled loss is backpropagated while the loss is recorded."""
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise TypeError("loss must be a tensor holding one value (the batch's loss); got "
+                            f"{type(loss).__name__}"
+                            f"{'' if not isinstance(loss, torch.Tensor) else tuple(loss.shape)}")
+        self._begin()
+        if self.train_step is not None:
+            self.train_step.add_loss(loss)
+        (loss if scaler is None else scaler.scale(loss)).backward(**kwargs)
+
+    def observe(self, *, step: int, **fields: Any) -> list[Anomaly]:
+        """Record step ``step`` (1-based): the protected step's loss, LR, pre-clip norm and
+        whether its update was withheld, read once; fields given by name (any argument of
+        ``mindwatch.Monitor.observe``) take precedence. Returns the step's anomalies; one
+        whose ``stops`` is true asks the loop to stop after this step."""
+        self._begin()
+        protected = self.train_step
+        pending = protected.take() if protected is not None else None
+        if protected is not None and pending is not None:
+            outputs = pending.read()
+            protected.settle(not outputs.skipped)
+            fields = {**outputs.observation(), **fields}
+        self._say_closures()
+        found = self.monitor.observe(step=step, **fields)
+        self.monitor.settle_rewind(step=step)
+        self._push_limits()
+        return found
+
+    def close(self) -> None:
+        """End the run (the ``end`` record; sinks closed). Idempotent."""
+        self.monitor.close()
+
+    def __enter__(self) -> TrainMonitor:
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc is not None:
+            self.monitor.close(reason="error", error=f"{exc_type.__name__}: {exc}")
+        else:
+            self.monitor.close()
+
+    @property
+    def anomalies(self) -> list[Anomaly]:
+        return self.monitor.anomalies
+
+    @property
+    def stop_requested(self) -> Anomaly | None:
+        return self.monitor.stop_requested
+
+    def state_dict(self) -> dict[str, Any]:
+        """The detectors' windows and the loss average (plain JSON), to save beside the
+        model's checkpoint for a resumed run."""
+        return self.monitor.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.monitor.load_state_dict(state)
+        self._push_limits()
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _begin(self) -> None:
+        if not self._began:
+            self._began = True
+            self.monitor.start()
+            self.monitor.rewinds.begin(self.monitor.last_step)
+
+    def _push_limits(self) -> None:
+        if self.train_step is not None:
+            limits = self.monitor.skips.limits
+            self.train_step.verdict.set_limits(loss=limits.loss, grad_norm=limits.grad_norm,
+                                               lr=limits.lr)
+
+    def _say_closures(self) -> None:
+        if self.train_step is not None and self.train_step.closures and not self._said_closure:
+            self._said_closure = True
+            self.monitor.notice("optimizer.step(closure) computes the gradients inside the "
+                                "step: those steps are neither measured nor protected")
+
+    def _unprotected(self) -> str | None:
+        if self.train_step is None:
+            return "monitor.protect(optimizer) was not called"
+        if not self.train_step.skip_anomalous:
+            return ("monitor.protect(..., skip_anomalous_updates=False) applies every update: "
+                    "leave skip_anomalous_updates=True, the default")
+        return None
+
+    def _notes(self) -> list[str]:
+        step = self.train_step
+        if step is not None and not step.skip_anomalous:
+            return ["protect(skip_anomalous_updates=False): anomalous updates were applied"]
+        return []
+
+    def _save_checkpoint(self, step: int, reason: str) -> str | None:
+        if self._state.optimizer is None and self._state.model is None:
+            return None
+        return save_atomically(self._state, self.monitor.log_dir, step, self.monitor.rank,
+                               reason)

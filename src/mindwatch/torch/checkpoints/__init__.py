@@ -1,0 +1,1 @@
+"""The training state: checkpoints at an anomaly, snapshots for rewind."""

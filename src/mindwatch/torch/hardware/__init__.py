@@ -1,0 +1,1 @@
+"""PyTorch's device-memory accounting (CUDA, Ascend through torch_npu)."""

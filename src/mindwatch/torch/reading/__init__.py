@@ -1,0 +1,1 @@
+"""Reading what a protected step left on the device, once per step."""

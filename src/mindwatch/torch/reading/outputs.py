@@ -1,0 +1,56 @@
+"""A protected step's numbers, read to the host once, by ``observe``.
+
+The step leaves them on the device in one float32 vector (loss, pre-clip global norm,
+whether the update was applied, then each LR held as a tensor): a single read per step, the
+one a loop printing its loss makes anyway, and none during ``backward`` or the optimizer
+step. ``NaN`` stands for "not measured" where the host knows it was not (no loss handed to
+``monitor.backward``, no gradient).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+STAT_LOSS, STAT_GRAD_NORM, STAT_APPLIED, STAT_LR = 0, 1, 2, 3
+
+
+@dataclass
+class PendingStep:
+    """What a step left for ``observe``: the vector on the device and what the host knew."""
+
+    stats: torch.Tensor
+    lrs: list[float | None]             # each group's LR; None where it is a tensor
+    loss_known: bool
+    norm_known: bool
+    protected: bool                     # the update could have been withheld
+
+    def read(self) -> StepOutputs:
+        values = self.stats.tolist()        # the step's one read to the host
+        tensor_lrs = iter(values[STAT_LR:])
+        lrs = [next(tensor_lrs) if lr is None else lr for lr in self.lrs]
+        norm = values[STAT_GRAD_NORM] if self.norm_known else None
+        return StepOutputs(
+            loss=values[STAT_LOSS] if self.loss_known else None, grad_norm=norm,
+            lr_groups=lrs, skipped=self.protected and values[STAT_APPLIED] < 0.5,
+            grads_finite=None if norm is None else math.isfinite(norm))
+
+
+@dataclass
+class StepOutputs:
+    """One step's numbers as Python values."""
+
+    loss: float | None
+    grad_norm: float | None
+    lr_groups: list[float]
+    skipped: bool
+    grads_finite: bool | None
+
+    def observation(self) -> dict[str, Any]:
+        """Arguments of ``Monitor.observe``."""
+        lrs = self.lr_groups
+        return {"loss": self.loss, "grad_norm": self.grad_norm,
+                "lr": lrs[0] if lrs else None, "lr_groups": lrs if len(lrs) > 1 else None,
+                "skipped": self.skipped, "grads_finite": self.grads_finite}

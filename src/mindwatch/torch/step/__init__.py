@@ -1,0 +1,1 @@
+"""The protected optimizer step: measured, judged on the device, withheld (ProtectedStep)."""

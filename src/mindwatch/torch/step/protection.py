@@ -1,0 +1,122 @@
+"""``monitor.protect(optimizer)``: the optimizer's step measured, judged and, when anomalous,
+withheld, through the step hooks every ``torch.optim.Optimizer`` runs.
+
+The optimizer stays the user's own object (its type, ``param_groups``, ``state_dict``, an
+``LRScheduler`` built on it, Hugging Face's and Lightning's wrappers around it): nothing is
+wrapped, two hooks are registered. Before the step: the pre-clip global norm of the
+gradients (``torch.nn.utils.get_total_norm``, the number ``clip_grad_norm_`` returns), the
+verdict (verdict.py), clipping to ``clip_grad_norm`` after measuring, the copies withholding
+needs. After it: the update undone where the verdict says so (withholding.py). No value is
+read to the host in either; ``observe`` reads the step's numbers once (reading/outputs.py).
+
+A withheld step leaves the parameters, the optimizer state and its step counts as they were.
+An LR scheduler stepped by the loop still counts the step, as it counts the steps that AMP's
+``GradScaler`` skips: the schedule follows the loop's steps.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..reading.outputs import PendingStep
+from .verdict import StepVerdict
+from .withholding import Withholding
+
+
+class ProtectedStep:
+    """The hooks on one optimizer, and what the step between them left for ``observe``."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, *, grad_explode: float,
+                 clip_grad_norm: float | None, skip_anomalous_updates: bool):
+        self.optimizer = optimizer
+        self.clip_grad_norm = clip_grad_norm
+        self.skip_anomalous = skip_anomalous_updates
+        self.verdict = StepVerdict(grad_explode=grad_explode)
+        self._withholding = Withholding()
+        self._loss_sum: torch.Tensor | None = None
+        self._losses = 0
+        self._apply: torch.Tensor | None = None
+        self.pending: PendingStep | None = None
+        self.closures = 0                       # steps given a closure (not measured)
+        self._handles = [optimizer.register_step_pre_hook(self._before),
+                         optimizer.register_step_post_hook(self._after)]
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def add_loss(self, loss: torch.Tensor) -> None:
+        """One backward's loss; the step judges the mean of those since the last step (the
+        micro-batches of gradient accumulation)."""
+        loss = loss.detach().float().reshape(())
+        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+        self._losses += 1
+
+    def take(self) -> PendingStep | None:
+        """The last step's numbers, once; the host's part of a withheld update is done when
+        they are read (``settle``)."""
+        pending, self.pending = self.pending, None
+        return pending
+
+    def settle(self, applied: bool) -> None:
+        self._withholding.settle(applied)
+
+    # -- the hooks --------------------------------------------------------------------------
+    def _before(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        self._settle_unread()
+        # args: (optimizer, closure?) as step() was called
+        if len(args) > 1 or kwargs.get("closure") is not None:
+            # the closure computes the gradients inside the step, after this hook
+            self.closures += 1
+            self._apply = None
+            return
+        with torch.no_grad():
+            params = [p for group in optimizer.param_groups for p in group["params"]
+                      if p.grad is not None]
+            grads = [p.grad for p in params]
+            device = grads[0].device if grads else _device_of(optimizer)
+            norm = (torch.nn.utils.get_total_norm(grads, 2.0, False, None).float()
+                    if grads else None)
+            loss = None
+            if self._loss_sum is not None:
+                loss = (self._loss_sum / self._losses).to(device, non_blocking=True)
+            self._loss_sum, self._losses = None, 0
+            lrs = [group["lr"] for group in optimizer.param_groups]
+            host_lrs = [None if isinstance(lr, torch.Tensor) else float(lr) for lr in lrs]
+            tensor_lrs = [lr for lr in lrs if isinstance(lr, torch.Tensor)]
+            apply = self.verdict.decide(
+                loss=loss, norm=norm, tensor_lrs=tensor_lrs, device=device,
+                lrs_ok=self.verdict.lrs_within([lr for lr in host_lrs if lr is not None]))
+            if self.clip_grad_norm is not None and norm is not None:
+                torch.nn.utils.clip_grads_with_norm_(params, self.clip_grad_norm, norm)
+            if self.skip_anomalous:
+                self._withholding.before(optimizer, params)
+                self._apply = apply
+            nan = torch.full((), math.nan, device=device)
+            stats = [nan if loss is None else loss, nan if norm is None else norm,
+                     apply.float()]
+            stats += [lr.detach().float().reshape(()).to(device) for lr in tensor_lrs]
+            self.pending = PendingStep(torch.stack(stats), host_lrs, loss is not None,
+                                       norm is not None, self.skip_anomalous)
+
+    def _after(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if self._apply is not None:
+            self._withholding.after(self._apply)
+            self._apply = None
+
+    def _settle_unread(self) -> None:
+        """A step nobody observed: its verdict is read now (a read to the host), so that
+        the host's part of a withheld update is done before the next step."""
+        if self.pending is not None and self.skip_anomalous:
+            outputs = self.pending.read()
+            self.settle(not outputs.skipped)
+        self.pending = None
+
+
+def _device_of(optimizer: torch.optim.Optimizer) -> torch.device:
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            return param.device
+    return torch.device("cpu")

@@ -1,0 +1,37 @@
+"""Protection under torch.compile: the hooks are the optimizer's, so a compiled model (or a
+compiled loss) changes nothing; the withheld step is bit for bit the state before it."""
+import io
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="make test-torch runs these, in .venv-torch")
+
+from torch import nn  # noqa: E402
+
+from mindwatch.torch import TrainMonitor  # noqa: E402
+from torch_helpers import batches, bitwise_equal, records, snapshot, tiny_model  # noqa: E402
+
+
+@pytest.mark.slow
+def test_a_compiled_model_is_protected(tmp_path):
+    model = tiny_model()
+    compiled = torch.compile(model)
+    monitor = TrainMonitor(str(tmp_path / "run"), stream=io.StringIO(),
+                           on_anomaly={"loss_nonfinite": "skip", "gradient_nonfinite": "skip"})
+    optimizer = monitor.protect(torch.optim.AdamW(model.parameters(), lr=1e-2), model=model)
+    for step, (x, y) in enumerate(batches(6), start=1):
+        if step == 4:
+            x = x.clone()
+            x[0, 0] = math.nan        # a NaN in the batch: NaN loss and gradients
+            before = snapshot(model, optimizer)
+        monitor.backward(nn.functional.mse_loss(compiled(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+        monitor.observe(step=step)
+        if step == 4:
+            assert bitwise_equal(snapshot(model, optimizer), before)
+    monitor.close()
+    steps = records(tmp_path / "run", "step")
+    assert [r["skipped"] for r in steps] == [False, False, False, True, False, False]
+    assert all(math.isfinite(r["loss"]) for r in steps if not r["skipped"])
