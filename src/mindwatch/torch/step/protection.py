@@ -39,6 +39,8 @@ class ProtectedStep:
         self._apply: torch.Tensor | None = None
         self.pending: PendingStep | None = None
         self.closures = 0                       # steps given a closure (not measured)
+        # a trainer that measures inside the closure, where the gradients are computed
+        self.in_closure = False
         self._handles = [optimizer.register_step_pre_hook(self._before),
                          optimizer.register_step_post_hook(self._after)]
 
@@ -65,13 +67,24 @@ class ProtectedStep:
 
     # -- the hooks --------------------------------------------------------------------------
     def _before(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        self._settle_unread()
-        # args: (optimizer, closure?) as step() was called
-        if len(args) > 1 or kwargs.get("closure") is not None:
-            # the closure computes the gradients inside the step, after this hook
-            self.closures += 1
-            self._apply = None
+        # args: (optimizer, closure?) as step() was called (Accelerate passes closure=None)
+        closure = args[1] if len(args) > 1 else kwargs.get("closure")
+        if closure is not None:
+            # the closure computes the gradients inside the step, after this hook: measured
+            # there by whoever runs it (Lightning's callback), or not at all
+            if not self.in_closure:
+                self._settle_unread()
+                self.closures += 1
+                self._apply = None
             return
+        self.measure()
+
+    def measure(self) -> None:
+        """Measure, judge and prepare the coming update from the gradients as they are now:
+        the pre-hook's work, called by a trainer whose closure computes the gradients inside
+        ``optimizer.step`` (``in_closure``) once they are ready."""
+        self._settle_unread()
+        optimizer = self.optimizer
         with torch.no_grad():
             params = [p for group in optimizer.param_groups for p in group["params"]
                       if p.grad is not None]

@@ -1,0 +1,141 @@
+"""Step-time overhead of mindwatch.torch against a bare loop, measured side by side.
+
+Both loops train the same small causal Transformer (same seed, same batches) on one device:
+the bare one does backward, ``clip_grad_norm_``, ``optimizer.step()`` and reads its loss
+(``loss.item()``, as any loop that logs does); the monitored one does
+``monitor.backward``, the protected ``optimizer.step()`` (norm measured, decision on the
+device, the update's copies for withholding) and ``monitor.observe``, with the JSONL run log
+and the console. They take turns, chunk by chunk, in a rotating order, so drift of the
+machine hits both alike; per chunk the median step time is kept, and the ratio is the
+median over rounds of (monitored / bare) in the same round. Two sizes: a small model (a few
+ms a step on a CPU) and one whose step takes 100 ms or more. Also printed: the share of the
+withholding copies alone (protection without them: ``skip_anomalous_updates=False``).
+
+    python benchmarks/torch_overhead.py [--rounds 10] [--steps 20] [--device cpu|cuda]
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import tempfile
+import time
+
+import torch
+from torch import nn
+
+from mindwatch.torch import TrainMonitor
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab: int, d_model: int, layers: int, seq: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.position = nn.Parameter(torch.zeros(seq, d_model))
+        layer = nn.TransformerEncoderLayer(d_model, 4, 4 * d_model, dropout=0.0,
+                                           batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, vocab)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        hidden = self.blocks(self.embed(tokens) + self.position, mask=self.mask,
+                             is_causal=True)
+        return self.head(hidden)
+
+
+class Loop:
+    """One configuration: its own model, optimizer and (for monitored ones) monitor."""
+
+    def __init__(self, kind: str, size: dict, device: str, log_root: str):
+        torch.manual_seed(0)
+        self.model = TinyGPT(**size).to(device)
+        self.kind = kind
+        optimizer = torch.optim.AdamW(self.model.parameters(), lr=3e-4)
+        self.monitor = None
+        if kind != "bare":
+            self.monitor = TrainMonitor(f"{log_root}/{kind}", stream=io.StringIO(),
+                                        hardware_interval_s=None)
+            optimizer = self.monitor.protect(optimizer, model=self.model, clip_grad_norm=1.0,
+                                             skip_anomalous_updates=kind == "mindwatch")
+        self.optimizer = optimizer
+        self.step = 0
+        self.device = device
+
+    def train(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+        tokens, targets = batch
+        logits = self.model(tokens)
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        self.step += 1
+        if self.monitor is None:
+            loss.backward()
+            nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+            loss.item()
+        else:
+            self.monitor.backward(loss)
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+            self.monitor.observe(step=self.step)
+
+    def chunk(self, batches: list, device: str) -> float:
+        times = []
+        for batch in batches:
+            start = time.perf_counter()
+            self.train(batch)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+
+def measure(name: str, size: dict, args: argparse.Namespace) -> None:
+    generator = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, size["vocab"], (args.batch, size["seq"]), generator=generator)
+                .to(args.device),) * 2 for _ in range(args.steps)]
+    with tempfile.TemporaryDirectory() as root:
+        loops = [Loop(kind, size, args.device, root)
+                 for kind in ("bare", "mindwatch", "measure-only")]
+        for loop in loops:                   # warm-up: allocator, first-step state
+            loop.chunk(batches[:3], args.device)
+        ratios: dict[str, list[float]] = {"mindwatch": [], "measure-only": []}
+        bare_times = []
+        for round_ in range(args.rounds):
+            order = loops[round_ % 3:] + loops[:round_ % 3]
+            times = {loop.kind: loop.chunk(batches, args.device) for loop in order}
+            bare_times.append(times["bare"])
+            for kind in ratios:
+                ratios[kind].append(times[kind] / times["bare"])
+        for loop in loops:
+            if loop.monitor is not None:
+                loop.monitor.close()
+    params = sum(p.numel() for p in loops[0].model.parameters())
+    print(f"{name}: {params / 1e6:.2f}M parameters, bare step "
+          f"{statistics.median(bare_times) * 1e3:.1f} ms on {args.device}")
+    for kind, values in ratios.items():
+        print(f"  {kind:13s} {statistics.median(values):.3f}x the bare loop "
+              f"(rounds: {min(values):.3f}-{max(values):.3f})")
+
+
+SIZES = {
+    "small": {"vocab": 512, "d_model": 128, "layers": 2, "seq": 64},
+    "100 ms+": {"vocab": 2048, "d_model": 256, "layers": 4, "seq": 128},
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--only", choices=sorted(SIZES))
+    args = parser.parse_args()
+    for name, size in SIZES.items():
+        if args.only in (None, name):
+            measure(name, size, args)
+
+
+if __name__ == "__main__":
+    main()
