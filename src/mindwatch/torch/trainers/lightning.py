@@ -35,7 +35,9 @@ class LightningCallback(Callback):
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         self.train_monitor.protect(trainer.optimizers[0], model=pl_module,
                                    schedulers=schedulers)
-        self.train_monitor.train_step.in_closure = True
+        step = self.train_monitor.train_step
+        assert step is not None                   # protect() made it
+        step.in_closure = True
         if len(trainer.optimizers) > 1:
             self.monitor.notice(f"{len(trainer.optimizers)} optimizers: mindwatch protects "
                                 "the first")
