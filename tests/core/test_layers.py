@@ -11,7 +11,7 @@ LAYERS = [
     {"basics"}, {"records"}, {"anomaly", "policy", "observation", "version", "events"}, {"sinks"},
     {"settings"}, {"detectors", "hardware", "runlog"}, {"recovery"}, {"framework"},
     {"pipeline"}, {"decisions"}, {"ranks"}, {"background"}, {"monitor", "__init__"},
-    {"report"}, {"mindspore"}, {"mindformers"}, {"cli"},
+    {"report"}, {"mindspore", "torch"}, {"mindformers"}, {"cli"},
 ]
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 
@@ -64,12 +64,28 @@ def test_imports_run_down_the_layers(path):
     assert not upward, f"{path.name} ({own}) imports from a higher layer: {upward}"
 
 
-@pytest.mark.parametrize("framework", ["mindspore", "mindformers"])
+# adapter folder -> the packages only it may import (mindformers/ builds on mindspore/)
+FRAMEWORKS = {"mindspore": ("mindspore",), "mindformers": ("mindformers",),
+              "torch": ("torch", "transformers", "accelerate", "lightning")}
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_only_the_adapter_imports_its_framework(framework):
     outside = [f"{path.relative_to(PACKAGE)}:{line}" for path in MODULES
                if path.relative_to(PACKAGE).parts[0] != framework
                and not (framework == "mindspore"
                         and path.relative_to(PACKAGE).parts[0] == "mindformers")
                for line, module in _imports(path)
-               if module == framework or module.startswith(framework + ".")]
+               for package in FRAMEWORKS[framework]
+               if module == package or module.startswith(package + ".")]
     assert not outside, f"{framework} imported outside mindwatch/{framework}/: {outside}"
+
+
+def test_the_two_adapters_share_only_the_core():
+    crossing = [f"{path.relative_to(PACKAGE)}:{line} {module}" for path in MODULES
+                for own, other in (("torch", ("mindspore", "mindformers")),
+                                   ("mindspore", ("torch",)), ("mindformers", ("torch",)))
+                if path.relative_to(PACKAGE).parts[0] == own
+                for line, module in _imports(path)
+                if module.startswith("mindwatch.") and _part(module) in other]
+    assert not crossing, f"one adapter imports the other: {crossing}"
