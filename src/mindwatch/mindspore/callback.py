@@ -11,6 +11,7 @@ from ..anomaly import Anomaly
 from ..basics.versions import Release
 from ..framework import FrameworkHooks
 from ..monitor import Monitor
+from ..ranks.rank_sync import RankSync
 from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
 from . import compat
@@ -20,8 +21,9 @@ from .checkpoints.snapshots import TrainStateSnapshots
 from .exit_status import exit_after_stop
 from .hardware.memory import mindspore_memory_reader
 from .probes.state_steps import StateSteps
+from .ranks.consensus import consensus_for
 from .ranks.distributed import current_rank
-from .ranks.rank_sync import RankSync
+from .ranks.fingerprints import Fingerprinter
 from .reading.cb_params import (
     SINK_MODE_DROPPED,
     batch_size_of,
@@ -103,7 +105,7 @@ class TrainMonitor(Callback):
         self._data_mark: float | None = None   # when this callback's step end was done
         self._said_grads_off = False
         self._layers: LayerGrouping | None = None
-        self._ranks = RankSync(self.monitor)
+        self._ranks = RankSync(self.monitor, Fingerprinter)
         self._data_time: float | None = None
         self._sink_error: SinkError | None = None
         self._lr = LrReader()
@@ -289,7 +291,8 @@ class TrainMonitor(Callback):
         self._mark = self._data_mark = self.monitor.clock.perf_counter()
         self._data_time = None
         self._push_skip_limits()               # a loaded state_dict carries windows
-        self._ranks.begin(self._last_step_num)
+        self._ranks.begin(self._last_step_num, lambda: consensus_for(
+            self.monitor.world_size, self.monitor.notice, self.monitor.peers))
 
     def on_train_epoch_begin(self, run_context) -> None:
         self._mark = self._data_mark = self.monitor.clock.perf_counter()
@@ -344,7 +347,7 @@ class TrainMonitor(Callback):
         if run_context.get_stop_requested():      # a callback before this one asked
             self.monitor.request_stop()
         self._ranks.after_step(step, data_time_s=self._data_time, step_time_s=step_time,
-                               train_cell=self._train_cell())
+                               state=self._train_cell())
         self._push_skip_limits()
         self._data_time = None
         if self.monitor.stop_requested is not None:

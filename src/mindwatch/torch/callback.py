@@ -11,12 +11,18 @@ from ..anomaly import Anomaly
 from ..basics.checks import check_bool, check_number
 from ..framework import FrameworkHooks
 from ..monitor import Monitor
+from ..ranks.rank_sync import RankSync
 from ..settings import MonitorSettings
 from . import compat
 from .checkpoints.checkpoint import resume_snippet, save_atomically
 from .checkpoints.snapshots import TrainStateSnapshots
 from .checkpoints.training_state import TrainingState
 from .hardware.memory import torch_memory_reader
+from .ranks.consensus import consensus_for
+from .ranks.distributed import current_rank, initialised
+from .ranks.fingerprints import Fingerprinter
+from .ranks.local_norms import LocalNorms
+from .ranks.shared_verdict import SharedVerdict
 from .step.protection import ProtectedStep
 
 
@@ -60,8 +66,12 @@ class TrainMonitor:
             resume_hint=lambda path: resume_snippet(path, self._state),
             notes=self._notes, memory_reader=torch_memory_reader(),
             snapshots=TrainStateSnapshots(self._state), unprotected=self._unprotected)
-        self.monitor = Monitor(log_dir, stream=stream, clock=clock, framework=framework,
-                               **settings)
+        rank = current_rank()
+        self.monitor = Monitor(log_dir, rank=rank.rank, world_size=rank.world_size,
+                               local_rank=rank.local_rank, stream=stream, clock=clock,
+                               framework=framework, **settings)
+        self._ranks = RankSync(self.monitor, Fingerprinter)
+        self._local_norms: LocalNorms | None = None
         self._began = False
         self._said_closure = False
 
@@ -79,7 +89,10 @@ class TrainMonitor:
             optimizer: any ``torch.optim.Optimizer``; returned as it is, with two step hooks
                 (step/protection.py): an LR scheduler built on it, before or after, works.
             model: the model it trains, for checkpoints and rewinds by name (without it they
-                hold the optimizer's parameters in order).
+                hold the optimizer's parameters in order). A ``DistributedDataParallel``
+                model also gets a communication hook that measures each rank's own
+                gradient norm before the reduction (``local_grad_norm``, ``origin_rank``);
+                pass it before its first forward.
             clip_grad_norm: clip the gradients to this global L2 norm after measuring (in
                 place of the loop's ``clip_grad_norm_``; None: no clipping).
             skip_anomalous_updates: withhold the update of a step whose loss or gradients are
@@ -111,6 +124,14 @@ class TrainMonitor:
         self.train_step = ProtectedStep(optimizer, grad_explode=self.settings.grad_explode,
                                         clip_grad_norm=clip_grad_norm,
                                         skip_anomalous_updates=skip_anomalous_updates)
+        if self.monitor.world_size > 1 and initialised():
+            if isinstance(model, torch.nn.parallel.DistributedDataParallel) and \
+                    self._local_norms is None:
+                self._local_norms = LocalNorms(model)
+            self.train_step.shared = SharedVerdict(self.monitor.rank, self.monitor.world_size,
+                                                   self._local_norms)
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module              # checkpoints hold the model's own names
         self._state.model, self._state.optimizer = model, optimizer
         self._state.schedulers = list(schedulers)
         self._push_limits()
@@ -143,7 +164,10 @@ class TrainMonitor:
             fields = {**outputs.observation(), **fields}
         self._say_closures()
         found = self.monitor.observe(step=step, **fields)
-        self.monitor.settle_rewind(step=step)
+        # several ranks: the stops, rewinds and replicas settled together (else the rewind)
+        found += self._ranks.after_step(step, data_time_s=fields.get("data_time_s"),
+                                        step_time_s=fields.get("step_time_s"),
+                                        state=self._state)
         self._push_limits()
         return found
 
@@ -183,6 +207,9 @@ class TrainMonitor:
             self._began = True
             self.monitor.start()
             self.monitor.rewinds.begin(self.monitor.last_step)
+            monitor = self.monitor
+            self._ranks.begin(monitor.last_step, lambda: consensus_for(
+                monitor.world_size, monitor.notice, monitor.peers))
 
     def _push_limits(self) -> None:
         if self.train_step is not None:

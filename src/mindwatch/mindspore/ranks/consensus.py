@@ -1,33 +1,19 @@
-"""Every rank learns, after every step, whether any rank wants to stop or to rewind, whether an
-anomaly touched the step anywhere, and how long each rank took to get its batch ready: one SUM
-all-reduce of a small float vector.
-
-A stop decided on one rank must stop all ranks after the same step, or the others block in
-their next collective until a timeout kills the job. Each rank writes only its own slots of
-the vector (zeros elsewhere), so a SUM (the one reduction that works on every backend,
-MindSpore's CPU included) gathers them all. The cell is compiled with ``jit`` because
-PyNative collectives fail on the CPU.
+"""The ranks' consensus (mindwatch/ranks/consensus.py) through MindSpore's collective: one SUM
+AllReduce in a Cell compiled with ``jit``, because PyNative collectives fail on the CPU (and
+MindSpore's CPU AllReduce has no MAX).
 """
 from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from ...ranks.peers import Peers, stop_code, stop_reason
-from ...recovery.rewinding import RewindWish
+from ...ranks.consensus import RankConsensus
+from ...ranks.peers import Peers
 from .distributed import communication_initialised, current_rank
-
-# Slots per rank, in this order: stop code, data time, rewind (steps back from this step to
-# the onset, plus one: small integers stay exact in float32 where a step number would not),
-# the rewind's anomaly kind (as a stop code), touched (0/1).
-_SLOTS = 5
-# Where each rank runs, exchanged once: its host name's first bytes and its device.
-_HOST_BYTES = 64
 
 
 class _SumAllReduce(nn.Cell):
@@ -40,63 +26,9 @@ class _SumAllReduce(nn.Cell):
         return self.all_reduce(vector)
 
 
-@dataclass
-class Exchange:
-    stop_codes: list[int]        # per rank: 0, or 1 + the index of the kind that stops it
-    data_times: list[float]      # per rank: seconds from the previous step's end to this start
-    rewind_wishes: list[RewindWish]     # the ranks that want to rewind
-    touched: bool                # an anomaly of the training state touched the step somewhere
-
-
-class RankConsensus:
-    def __init__(self, rank: int, world_size: int):
-        self.rank, self.world_size = rank, world_size
-        self._reduce = _SumAllReduce()
-
-    def exchange(self, step: int, stop: int, data_time_s: float, wish: RewindWish | None,
-                 touched: bool) -> Exchange:
-        n = self.world_size
-        vector = np.zeros(_SLOTS * n, np.float32)
-        vector[self.rank] = stop
-        vector[n + self.rank] = data_time_s
-        if wish is not None:
-            vector[2 * n + self.rank] = step - wish.onset + 1
-            vector[3 * n + self.rank] = stop_code(wish.kind)
-        vector[4 * n + self.rank] = float(touched)
-        total = self._reduce(ms.Tensor(vector)).asnumpy()
-        wishes = []
-        for rank in range(n):
-            back, kind = round(total[2 * n + rank]), stop_reason(round(total[3 * n + rank]))
-            if back > 0 and kind is not None:
-                wishes.append(RewindWish(onset=step - back + 1, kind=kind, rank=rank))
-        return Exchange(stop_codes=[round(v) for v in total[:n]],
-                        data_times=[float(v) for v in total[n:2 * n]],
-                        rewind_wishes=wishes, touched=bool(total[4 * n:].sum() > 0))
-
-    def gather(self, vector) -> np.ndarray:
-        """Every rank's ``vector`` (float32, the same length on every rank), one row each."""
-        n, width = self.world_size, len(vector)
-        slots = np.zeros(n * width, np.float32)
-        slots[self.rank * width:(self.rank + 1) * width] = vector
-        return self._reduce(ms.Tensor(slots)).asnumpy().reshape(n, width)
-
-    def places(self, host: str, device: int | None
-               ) -> dict[int, tuple[str | None, int | None]]:
-        """Every rank's host and device, from one SUM all-reduce (byte values and small
-        integers are exact in float32); a device of -1 is unknown."""
-        n, width = self.world_size, _HOST_BYTES + 1
-        vector = np.zeros(width * n, np.float32)
-        name = host.encode("utf-8")[:_HOST_BYTES]
-        start = self.rank * width
-        vector[start:start + len(name)] = np.frombuffer(name, np.uint8)
-        vector[start + _HOST_BYTES] = -1 if device is None else device
-        total = self._reduce(ms.Tensor(vector)).asnumpy()
-        found: dict[int, tuple[str | None, int | None]] = {}
-        for rank in range(n):
-            row = total[rank * width:(rank + 1) * width]
-            text = bytes(int(b) for b in row[:_HOST_BYTES] if b > 0).decode("utf-8", "replace")
-            found[rank] = (text, None if row[-1] < 0 else int(row[-1]))
-        return found
+def mindspore_reduce_sum() -> Callable[[np.ndarray], np.ndarray]:
+    reduce = _SumAllReduce()
+    return lambda vector: reduce(ms.Tensor(vector)).asnumpy()
 
 
 def consensus_for(world_size: int, notice: Callable[[str], None],
@@ -106,7 +38,7 @@ def consensus_for(world_size: int, notice: Callable[[str], None],
     (each rank then stops alone)."""
     rank = current_rank()
     if rank.world_size == world_size and communication_initialised():
-        consensus = RankConsensus(rank.rank, rank.world_size)
+        consensus = RankConsensus(rank.rank, rank.world_size, mindspore_reduce_sum())
         peers.places = consensus.places(socket.gethostname(), rank.local_rank)
         return consensus
     notice(f"{world_size} ranks but MindSpore communication is not initialised "

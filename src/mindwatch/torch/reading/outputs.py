@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
-STAT_LOSS, STAT_GRAD_NORM, STAT_APPLIED, STAT_LR = 0, 1, 2, 3
+from ...records import Step
+
+STAT_LOSS, STAT_GRAD_NORM, STAT_APPLIED, STAT_RANKS = 0, 1, 2, 3   # then the LRs
 
 
 @dataclass
@@ -26,16 +28,20 @@ class PendingStep:
     loss_known: bool
     norm_known: bool
     protected: bool                     # the update could have been withheld
+    ranks: int = 0                      # local norms in the vector, one per rank
+    rank: int = 0
 
     def read(self) -> StepOutputs:
         values = self.stats.tolist()        # the step's one read to the host
-        tensor_lrs = iter(values[STAT_LR:])
+        local = values[STAT_RANKS:STAT_RANKS + self.ranks] or None
+        tensor_lrs = iter(values[STAT_RANKS + self.ranks:])
         lrs = [next(tensor_lrs) if lr is None else lr for lr in self.lrs]
         norm = values[STAT_GRAD_NORM] if self.norm_known else None
         return StepOutputs(
             loss=values[STAT_LOSS] if self.loss_known else None, grad_norm=norm,
             lr_groups=lrs, skipped=self.protected and values[STAT_APPLIED] < 0.5,
-            grads_finite=None if norm is None else math.isfinite(norm))
+            grads_finite=None if norm is None else math.isfinite(norm), local_norms=local,
+            rank=self.rank)
 
 
 @dataclass
@@ -47,10 +53,17 @@ class StepOutputs:
     lr_groups: list[float]
     skipped: bool
     grads_finite: bool | None
+    local_norms: list[float] | None = None     # every rank's, before DDP's reduction
+    rank: int = 0
 
     def observation(self) -> dict[str, Any]:
         """Arguments of ``Monitor.observe``."""
         lrs = self.lr_groups
-        return {"loss": self.loss, "grad_norm": self.grad_norm,
-                "lr": lrs[0] if lrs else None, "lr_groups": lrs if len(lrs) > 1 else None,
-                "skipped": self.skipped, "grads_finite": self.grads_finite}
+        fields: dict[str, Any] = {
+            "loss": self.loss, "grad_norm": self.grad_norm, "lr": lrs[0] if lrs else None,
+            "lr_groups": lrs if len(lrs) > 1 else None, "skipped": self.skipped,
+            "grads_finite": self.grads_finite}
+        if self.local_norms is not None:
+            fields["local_grad_norms"] = self.local_norms
+            fields["extra"] = {Step.LOCAL_GRAD_NORM: self.local_norms[self.rank]}
+        return fields

@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from ..ranks.shared_verdict import SharedVerdict
 from ..reading.outputs import PendingStep
 from .verdict import StepVerdict
 from .withholding import Withholding
@@ -41,6 +42,7 @@ class ProtectedStep:
         self.closures = 0                       # steps given a closure (not measured)
         # a trainer that measures inside the closure, where the gradients are computed
         self.in_closure = False
+        self.shared: SharedVerdict | None = None        # several ranks (TrainMonitor sets it)
         self._handles = [optimizer.register_step_pre_hook(self._before),
                          optimizer.register_step_post_hook(self._after)]
 
@@ -102,6 +104,9 @@ class ProtectedStep:
             apply = self.verdict.decide(
                 loss=loss, norm=norm, tensor_lrs=tensor_lrs, device=device,
                 lrs_ok=self.verdict.lrs_within([lr for lr in host_lrs if lr is not None]))
+            local = None
+            if self.shared is not None:
+                apply, local = self.shared.share(apply)
             if self.clip_grad_norm is not None and norm is not None:
                 torch.nn.utils.clip_grads_with_norm_(params, self.clip_grad_norm, norm)
             if self.skip_anomalous:
@@ -110,9 +115,13 @@ class ProtectedStep:
             nan = torch.full((), math.nan, device=device)
             stats = [nan if loss is None else loss, nan if norm is None else norm,
                      apply.float()]
+            if local is not None:
+                stats += list(local.unbind())
             stats += [lr.detach().float().reshape(()).to(device) for lr in tensor_lrs]
-            self.pending = PendingStep(torch.stack(stats), host_lrs, loss is not None,
-                                       norm is not None, self.skip_anomalous)
+            self.pending = PendingStep(
+                torch.stack(stats), host_lrs, loss is not None, norm is not None,
+                self.skip_anomalous, ranks=0 if local is None else len(local),
+                rank=self.shared.rank if self.shared is not None else 0)
 
     def _after(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         if self._apply is not None:

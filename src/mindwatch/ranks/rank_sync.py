@@ -1,0 +1,80 @@
+"""What the ranks settle together after each step, through the adapter's collectives: every
+step, the stops, rewinds and data times (consensus.py); every ``consistency_interval`` steps,
+the replicas' fingerprints, which replicas.py compares.
+
+Every rank calls ``after_step`` once per step end, so the collectives always pair up, and
+every rank decides alike from the same exchanged numbers. The adapter hands in its
+consensus (None: a single rank, or no initialised communication) and a fingerprinter of its
+training state (``names`` and ``vector()``: two float32 numbers per tensor).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..anomaly import Anomaly
+from .consensus import RankConsensus
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..monitor import Monitor
+
+
+class Fingerprinter(Protocol):
+    @property
+    def names(self) -> Sequence[str]: ...
+
+    def vector(self) -> np.ndarray: ...
+
+
+class RankSync:
+    def __init__(self, monitor: Monitor,
+                 fingerprinter: Callable[[Any], Fingerprinter]):
+        self.monitor = monitor
+        self._make_fingerprinter = fingerprinter
+        self._consensus: RankConsensus | None = None
+        self._fingerprinter: Fingerprinter | None = None
+        self._fingerprinted: Any = None         # the state the fingerprinter reads
+        self._checked_at = 0            # the last step whose fingerprints were compared
+
+    def begin(self, step: int, consensus: Callable[[], RankConsensus | None]) -> None:
+        """At train begin (``step``: the step training resumes after); ``consensus`` builds
+        the ranks' consensus, once, when there are several."""
+        self._checked_at = step
+        if self.monitor.world_size > 1 and self._consensus is None:
+            self._consensus = consensus()
+
+    def after_step(self, step: int, *, data_time_s: float | None, step_time_s: float | None,
+                   state: Any) -> list[Anomaly]:
+        """``state``: what the fingerprinter reads (a train cell, a model and optimizer).
+        Returns the anomalies the exchange found (another rank's stop, a straggler, a replica
+        that differs): a custom loop stops on them as on its own."""
+        monitor, rewinds = self.monitor, self.monitor.rewinds
+        if self._consensus is None:
+            monitor.settle_rewind(step=step)
+            return []
+        shared = self._consensus.exchange(step, monitor.stop_code(), data_time_s or 0.0,
+                                          rewinds.wish, rewinds.touched)
+        found = monitor.observe_peers(step=step, stop_codes=shared.stop_codes,
+                                      data_times=shared.data_times, step_time_s=step_time_s)
+        monitor.settle_rewind(step=step, wishes=shared.rewind_wishes, touched=shared.touched)
+        interval = monitor.settings.consistency_interval
+        # a crossing, not a multiple: in sink mode the step jumps by the sink size
+        if interval and state is not None and \
+                step // interval > self._checked_at // interval:
+            self._checked_at = step
+            found += self._compare_replicas(step, state)
+        return found
+
+    def _compare_replicas(self, step: int, state: Any) -> list[Anomaly]:
+        consensus = self._consensus
+        if consensus is None:
+            return []
+        if self._fingerprinter is None or self._fingerprinted is not state:
+            self._fingerprinter = self._make_fingerprinter(state)
+            self._fingerprinted = state
+        fingerprinter = self._fingerprinter
+        rows = consensus.gather(fingerprinter.vector())
+        return self.monitor.replicas.observe(step=step, fingerprints=rows,
+                                             names=fingerprinter.names)

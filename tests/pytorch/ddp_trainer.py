@@ -1,0 +1,47 @@
+"""One rank of a DDP job under torchrun (gloo, CPU), for test_ddp.py:
+``torchrun --nproc_per_node=2 ddp_trainer.py LOG_DIR FAULT``. FAULT: ``none``, ``nan_rank1``
+(rank 1's loss NaN at step 6), or ``replica_rank1`` (a weight of rank 1 nudged after step 4,
+so its replica differs from then on)."""
+import io
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from mindwatch.torch import TrainMonitor
+
+STEPS = 12
+
+
+def main(log_dir: str, fault: str) -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    monitor = TrainMonitor(log_dir, stream=io.StringIO(), consistency_interval=5)
+    optimizer = monitor.protect(torch.optim.AdamW(ddp.parameters(), lr=1e-2), model=ddp)
+    generator = torch.Generator().manual_seed(100 + rank)       # each rank its own data
+    for step in range(1, STEPS + 1):
+        x = torch.randn(16, 8, generator=generator)
+        y = x[:, :1] + torch.randn(16, 1, generator=generator)
+        loss = nn.functional.mse_loss(ddp(x), y)
+        if fault == "nan_rank1" and rank == 1 and step == 6:
+            loss = loss * float("nan")
+        monitor.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        if fault == "replica_rank1" and rank == 1 and step == 4:
+            with torch.no_grad():
+                model[0].weight[0, 0] += 1e-3
+        if any(anomaly.stops for anomaly in monitor.observe(step=step)):
+            break
+    monitor.close()
+    torch.save({name: p.detach() for name, p in model.named_parameters()},
+               f"{log_dir}/weights_rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

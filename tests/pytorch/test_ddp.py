@@ -1,0 +1,72 @@
+"""Several ranks under torchrun (DDP, gloo on the CPU): one verdict for all, one stop for
+all, the rank a gradient anomaly came from, replicas compared."""
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="make test-torch runs these, in .venv-torch")
+
+from torch_helpers import records  # noqa: E402
+
+TRAINER = Path(__file__).with_name("ddp_trainer.py")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torchrun")]
+
+
+def torchrun(log_dir: Path, fault: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                "MASTER_PORT")}
+    environment["OMP_NUM_THREADS"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         f"--master_port={port}", str(TRAINER), str(log_dir), fault],
+        env=environment, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_a_nan_on_one_rank_is_withheld_on_both_which_stop_together(tmp_path):
+    torchrun(tmp_path, "nan_rank1")
+    for rank in (0, 1):
+        steps = records(tmp_path, "step", rank)
+        assert [s["step"] for s in steps] == list(range(1, 7)), rank
+        assert [s["step"] for s in steps if s["skipped"]] == [6], rank
+        anomalies = {a["anomaly"]: a for a in records(tmp_path, "anomaly", rank)}
+        # the reduced gradients are NaN on both ranks: rank 1's own gradients were
+        assert anomalies["gradient_nonfinite"]["origin_rank"] == 1, rank
+        (end,) = records(tmp_path, "end", rank)
+        assert end["reason"] == "stopped"
+    assert "loss_nonfinite" in {a["anomaly"] for a in records(tmp_path, "anomaly", 1)}
+    # each step record carries this rank's own norm before the reduction
+    step5 = [records(tmp_path, "step", rank)[4] for rank in (0, 1)]
+    assert step5[0]["local_grad_norm"] != step5[1]["local_grad_norm"]
+    assert all(0 < s["local_grad_norm"] < 100 for s in step5)
+    # the withheld update left both replicas identical
+    weights = [torch.load(tmp_path / f"weights_rank{rank}.pt") for rank in (0, 1)]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+
+
+def test_a_replica_that_drifts_is_found_at_the_next_comparison(tmp_path):
+    torchrun(tmp_path, "replica_rank1")
+    for rank in (0, 1):
+        mismatches = [a for a in records(tmp_path, "anomaly", rank)
+                      if a["anomaly"] == "replica_mismatch"]
+        assert [a["step"] for a in mismatches] == [5], rank
+        assert "rank 1" in mismatches[0]["message"]
+        # checkpoint_and_stop by default: both ranks stop after the same step
+        assert records(tmp_path, "step", rank)[-1]["step"] == 5
+
+
+def test_healthy_ranks_train_to_the_end_with_identical_replicas(tmp_path):
+    torchrun(tmp_path, "none")
+    for rank in (0, 1):
+        assert [s["step"] for s in records(tmp_path, "step", rank)] == list(range(1, 13))
+        assert records(tmp_path, "anomaly", rank) == []
+        (run,) = records(tmp_path, "run", rank)
+        assert run["world_size"] == 2
