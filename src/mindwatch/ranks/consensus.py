@@ -11,12 +11,14 @@ this package and need none.
 """
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..basics.rank import RankInfo
 from ..recovery.rewinding import RewindWish
-from .peers import stop_code, stop_reason
+from .peers import Peers, stop_code, stop_reason
 
 if TYPE_CHECKING:
     import numpy as np
@@ -95,3 +97,19 @@ class RankConsensus:
             text = bytes(int(b) for b in row[:_HOST_BYTES] if b > 0).decode("utf-8", "replace")
             found[rank] = (text, None if row[-1] < 0 else int(row[-1]))
         return found
+
+
+def consensus_of(rank: RankInfo, world_size: int, reduce_sum: Callable[[], ReduceSum] | None,
+                 peers: Peers, notice: Callable[[str], None], missing: str
+                 ) -> RankConsensus | None:
+    """The consensus of this job's ``world_size`` ranks, with ``peers.places`` filled in;
+    ``reduce_sum``: the framework's all-reduce maker, None when its communication is not
+    initialised (or knows another world size): then None, and ``missing`` (what to call)
+    said once through ``notice``, since each rank stops on its own anomalies only."""
+    if reduce_sum is not None and rank.world_size == world_size:
+        consensus = RankConsensus(rank.rank, rank.world_size, reduce_sum())
+        peers.places = consensus.places(socket.gethostname(), rank.local_rank)
+        return consensus
+    notice(f"{world_size} ranks but {missing}: each rank stops on its own anomalies only, "
+           "and stragglers are not detected")
+    return None

@@ -161,7 +161,9 @@ class TrainMonitor:
         if protected is not None and pending is not None:
             outputs = pending.read()
             protected.settle(not outputs.skipped)
-            fields = {**outputs.observation(), **fields}
+            measured = outputs.observation()
+            extra = {**measured.get("extra", {}), **(fields.get("extra") or {})}
+            fields = {**measured, **fields, **({"extra": extra} if extra else {})}
         self._say_closures()
         found = self.monitor.observe(step=step, **fields)
         # several ranks: the stops, rewinds and replicas settled together (else the rewind)

@@ -4,14 +4,13 @@ MindSpore's CPU AllReduce has no MAX).
 """
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 
 import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from ...ranks.consensus import RankConsensus
+from ...ranks.consensus import RankConsensus, consensus_of
 from ...ranks.peers import Peers
 from .distributed import communication_initialised, current_rank
 
@@ -33,15 +32,8 @@ def mindspore_reduce_sum() -> Callable[[np.ndarray], np.ndarray]:
 
 def consensus_for(world_size: int, notice: Callable[[str], None],
                   peers: Peers) -> RankConsensus | None:
-    """The consensus of this job's ``world_size`` ranks, with ``peers.places`` filled in;
-    None, said once through ``notice``, when MindSpore's communication is not initialised
-    (each rank then stops alone)."""
-    rank = current_rank()
-    if rank.world_size == world_size and communication_initialised():
-        consensus = RankConsensus(rank.rank, rank.world_size, mindspore_reduce_sum())
-        peers.places = consensus.places(socket.gethostname(), rank.local_rank)
-        return consensus
-    notice(f"{world_size} ranks but MindSpore communication is not initialised "
-           "(mindspore.communication.init()): each rank stops on its own anomalies only, and "
-           "stragglers are not detected")
-    return None
+    """The consensus of this job's ranks (``ranks.consensus.consensus_of``)."""
+    return consensus_of(current_rank(), world_size,
+                        mindspore_reduce_sum if communication_initialised() else None, peers,
+                        notice, "MindSpore communication is not initialised "
+                        "(mindspore.communication.init())")
