@@ -5,13 +5,14 @@ the bare one does backward, ``clip_grad_norm_``, ``optimizer.step()`` and reads 
 (``loss.item()``, as any loop that logs does); the monitored one does
 ``monitor.backward``, the protected ``optimizer.step()`` (norm measured, decision on the
 device, the update's copies for withholding) and ``monitor.observe``, with the JSONL run log
-and the console. They take turns, chunk by chunk, in a rotating order, so drift of the
-machine hits both alike; per chunk the median step time is kept, and the ratio is the
-median over rounds of (monitored / bare) in the same round. Two sizes: a small model (a few
-ms a step on a CPU) and one whose step takes 100 ms or more. Also printed: the share of the
-withholding copies alone (protection without them: ``skip_anomalous_updates=False``).
+and the console. They take turns step by step, in a rotating order, so drift of the machine
+hits all alike; the ratio is the median over steps of (monitored / bare) in the same turn.
+Two sizes: a small model (tens of ms a step on a CPU) and one whose step takes 100 ms or
+more. Also printed: protection without the withholding copies
+(``skip_anomalous_updates=False``, "measure-only").
 
     python benchmarks/torch_overhead.py [--rounds 10] [--steps 20] [--device cpu|cuda]
+                                        [--threads 1]
 """
 from __future__ import annotations
 
@@ -79,15 +80,12 @@ class Loop:
             self.optimizer.zero_grad()
             self.monitor.observe(step=self.step)
 
-    def chunk(self, batches: list, device: str) -> float:
-        times = []
-        for batch in batches:
-            start = time.perf_counter()
-            self.train(batch)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+    def timed(self, batch: tuple, device: str) -> float:
+        start = time.perf_counter()
+        self.train(batch)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
 
 
 def measure(name: str, size: dict, args: argparse.Namespace) -> None:
@@ -98,12 +96,14 @@ def measure(name: str, size: dict, args: argparse.Namespace) -> None:
         loops = [Loop(kind, size, args.device, root)
                  for kind in ("bare", "mindwatch", "measure-only")]
         for loop in loops:                   # warm-up: allocator, first-step state
-            loop.chunk(batches[:3], args.device)
+            for batch in batches[:3]:
+                loop.timed(batch, args.device)
         ratios: dict[str, list[float]] = {"mindwatch": [], "measure-only": []}
         bare_times = []
-        for round_ in range(args.rounds):
-            order = loops[round_ % 3:] + loops[:round_ % 3]
-            times = {loop.kind: loop.chunk(batches, args.device) for loop in order}
+        for turn in range(args.rounds * args.steps):
+            batch = batches[turn % len(batches)]
+            order = loops[turn % 3:] + loops[:turn % 3]
+            times = {loop.kind: loop.timed(batch, args.device) for loop in order}
             bare_times.append(times["bare"])
             for kind in ratios:
                 ratios[kind].append(times[kind] / times["bare"])
@@ -114,8 +114,9 @@ def measure(name: str, size: dict, args: argparse.Namespace) -> None:
     print(f"{name}: {params / 1e6:.2f}M parameters, bare step "
           f"{statistics.median(bare_times) * 1e3:.1f} ms on {args.device}")
     for kind, values in ratios.items():
+        quartiles = statistics.quantiles(values, n=4)
         print(f"  {kind:13s} {statistics.median(values):.3f}x the bare loop "
-              f"(rounds: {min(values):.3f}-{max(values):.3f})")
+              f"(quartiles of the steps' ratios {quartiles[0]:.3f}-{quartiles[2]:.3f})")
 
 
 SIZES = {
@@ -131,7 +132,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--only", choices=sorted(SIZES))
+    # one intra-op thread by default: on a 2-core host two threads make the rounds swing
+    # by +-30% (the OS moves work between cores), one thread by a few percent
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     for name, size in SIZES.items():
         if args.only in (None, name):
             measure(name, size, args)

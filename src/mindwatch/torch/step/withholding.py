@@ -4,17 +4,20 @@ A ``torch.optim`` step updates the parameters and its state in place, with no wa
 conditional on a device value without reading that value to the host. So the step runs
 always, and the update is undone where it must be: before the step every tensor it may change
 (each parameter with a gradient, each tensor of its optimizer state) is copied into a buffer
-kept from step to step; after it, ``torch.where(apply, new, old)`` writes back, for each,
-either the step's values or the copy, bit for bit. Nothing is read to the host.
+kept from step to step; after it, ``torch.where(apply, new, old)`` writes back into each
+parameter either the step's values or the copy, bit for bit, on the device: the next forward
+computes with the right weights whatever the host has read. Nothing is read to the host.
 
-What the device cannot select is settled on the host once ``observe`` has read the step's
-verdict (the one read of a step), before the next step: state an optimizer creates at its
-first step (removed again), state values held as Python numbers, tensors on another device
-than the verdict (Adam's step counts stay on the CPU beside CUDA parameters unless
-``capturable``), and state tensors the step replaced rather than updated in place.
+The optimizer state is read again only by the next optimizer step, and ``observe`` reads the
+step's verdict before it (or, if nobody observed the step, the next step's pre-hook does). So
+the state is put back then, on the host's word and only after a withheld update: on a
+healthy step it costs its copy, not a second pass. The host also settles what the device
+could not select: state an optimizer creates at its first step (removed again), state values
+held as Python numbers, and parameters on another device than the verdict.
 
 Cost (``benchmarks/torch_overhead.py``): one more copy of the parameters and optimizer state
-in memory (with AdamW, three times the weights' bytes), and two passes over them per step.
+in memory (with AdamW, three times the weights' bytes); per healthy step, a copy of them and
+a select over the parameters.
 """
 from __future__ import annotations
 
@@ -68,35 +71,37 @@ class Withholding:
         self._optimizer, self._slots, self._tensors = optimizer, slots, tensors
 
     def after(self, apply: torch.Tensor) -> None:
-        """The step's values where ``apply``, the copies elsewhere; what the device cannot
-        select waits for ``settle``."""
+        """Each parameter: the step's values where ``apply``, the copy elsewhere; the state
+        and what the device cannot select wait for ``settle``."""
         self._deferred = []
         verdicts = {apply.device: apply}
         with torch.no_grad():
             for index, ((holder, key), before) in enumerate(zip(self._slots, self._tensors,
                                                                 strict=True)):
-                now = key if holder is None else holder.get(key)
-                if now is not before or (now.device.type == "cpu"
-                                         and apply.device.type != "cpu"):
+                if holder is not None or (before.device.type == "cpu"
+                                          and apply.device.type != "cpu"):
                     self._deferred.append(index)
                     continue
+                now = key
                 verdict = verdicts.get(now.device)
                 if verdict is None:
                     verdict = verdicts[now.device] = apply.to(now.device, non_blocking=True)
                 torch.where(verdict, now, self._buffers[index], out=now)
 
     def settle(self, applied: bool) -> None:
-        """The host's part, once the verdict is read: after a withheld update, put back what
-        the device could not."""
+        """The host's part, once the verdict is read: after a withheld update, put back the
+        optimizer state and what the device could not select."""
         optimizer, self._optimizer = self._optimizer, None
         if applied or optimizer is None:
             return
         with torch.no_grad():
-            for index in self._deferred:
+            targets = [self._tensors[index] for index in self._deferred]
+            if targets:
+                torch._foreach_copy_(targets,
+                                     [self._buffers[index] for index in self._deferred])
+            for index, target in zip(self._deferred, targets, strict=True):
                 holder, key = self._slots[index]
-                target = self._tensors[index]
-                target.copy_(self._buffers[index])
-                if holder is not None:
+                if holder is not None:          # the tensor the step found, even if replaced
                     holder[key] = target
         for entries, keys in self._keys:
             for key in set(entries) - keys:          # state the step added
