@@ -11,6 +11,7 @@ from ..anomaly import Anomaly
 from ..basics.versions import Release
 from ..framework import FrameworkHooks
 from ..monitor import Monitor
+from ..pipeline.layer_state import LayerGrouping
 from ..ranks.rank_sync import RankSync
 from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
@@ -36,7 +37,6 @@ from .reading.cb_params import (
     sink_mode_dropped,
 )
 from .reading.cell_reader import TrainCellReader
-from .reading.layers import LayerGrouping
 from .reading.outputs import StepOutputs, read_outputs
 from .sinks.mindinsight import open_mindinsight_sink
 from .step.functional import ForwardCell, JitTrainStep

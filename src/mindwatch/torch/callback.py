@@ -18,6 +18,7 @@ from .checkpoints.checkpoint import resume_snippet, save_atomically
 from .checkpoints.snapshots import TrainStateSnapshots
 from .checkpoints.training_state import TrainingState
 from .hardware.memory import torch_memory_reader
+from .probes.state_probe import StateProbe
 from .ranks.consensus import consensus_for
 from .ranks.distributed import current_rank, initialised
 from .ranks.fingerprints import Fingerprinter
@@ -133,6 +134,10 @@ class TrainMonitor:
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             model = model.module              # checkpoints hold the model's own names
         self._state.model, self._state.optimizer = model, optimizer
+        probe = StateProbe(self.settings.state_interval, self._parameter_names)
+        self.train_step.state_probe = probe
+        # the step coming is the one after the last observed
+        self.train_step.state_due = lambda: probe.due(self.monitor.last_step + 1)
         self._state.schedulers = list(schedulers)
         self._push_limits()
         return optimizer
@@ -166,6 +171,10 @@ class TrainMonitor:
             fields = {**measured, **fields, **({"extra": extra} if extra else {})}
         self._say_closures()
         found = self.monitor.observe(step=step, **fields)
+        if protected is not None and protected.state_probe is not None:
+            state = protected.state_probe.read(step, protected.optimizer)
+            if state is not None:
+                found += self.monitor.observe_state(**state)
         # several ranks: the stops, rewinds and replicas settled together (else the rewind)
         found += self._ranks.after_step(step, data_time_s=fields.get("data_time_s"),
                                         step_time_s=fields.get("step_time_s"),
@@ -238,6 +247,10 @@ class TrainMonitor:
         if step is not None and not step.skip_anomalous:
             return ["protect(skip_anomalous_updates=False): anomalous updates were applied"]
         return []
+
+    def _parameter_names(self) -> dict[int, str]:
+        model = self._state.model
+        return {} if model is None else {id(p): name for name, p in model.named_parameters()}
 
     def _save_checkpoint(self, step: int, reason: str) -> str | None:
         if self._state.optimizer is None and self._state.model is None:

@@ -19,15 +19,15 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
-from .state_probe import (
+from ...pipeline.layer_state import (
     FIRST_MOMENT,
     GRAD,
     SECOND_MOMENT,
     UPDATE,
     WEIGHT,
     StateLayout,
-    moments_of,
 )
+from .state_probe import moments_of
 
 
 def _squares(tensors) -> list:

@@ -13,28 +13,17 @@ The result is one float32 vector, one block of ``len(weights)`` entries per quan
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mindspore import nn, ops
 
+from ...pipeline.layer_state import (
+    FIRST_MOMENT,
+    GRAD,
+    SECOND_MOMENT,
+    UPDATE,
+    WEIGHT,
+    StateLayout,
+)
 from ..compat import FIRST_MOMENT_PREFIXES, SECOND_MOMENT_PREFIXES
-
-WEIGHT, UPDATE, GRAD, FIRST_MOMENT, SECOND_MOMENT = (
-    "weight_norm", "update_norm", "grad_norm", "m_norm", "v_norm")
-
-
-@dataclass(frozen=True)
-class StateLayout:
-    """Which quantities the state vector holds, in order, and for which parameters."""
-
-    names: tuple[str, ...]                # the trained parameters, in the optimizer's order
-    quantities: tuple[str, ...]           # WEIGHT, UPDATE, GRAD, then the moments it has
-
-    def split(self, vector: list[float]) -> dict[str, list[float]]:
-        """Quantity -> one squared norm per parameter."""
-        n = len(self.names)
-        return {quantity: vector[i * n:(i + 1) * n]
-                for i, quantity in enumerate(self.quantities)}
 
 
 def moments_of(optimizer: nn.Optimizer, weights) -> tuple[tuple | None, tuple | None]:

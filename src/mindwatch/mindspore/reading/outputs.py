@@ -7,9 +7,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ...pipeline.layer_state import LayerGrouping
 from ...records import Step
 from ..step.verdict import STAT_GRAD_NORM, STAT_LOSS, STAT_LR, StepVerdict
-from .layers import LayerGrouping
 
 
 class ProtectedStep(Protocol):

@@ -16,9 +16,11 @@ An LR scheduler stepped by the loop still counts the step, as it counts the step
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
+from ..probes.state_probe import StateProbe
 from ..ranks.shared_verdict import SharedVerdict
 from ..reading.outputs import PendingStep
 from .verdict import StepVerdict
@@ -43,6 +45,9 @@ class ProtectedStep:
         # a trainer that measures inside the closure, where the gradients are computed
         self.in_closure = False
         self.shared: SharedVerdict | None = None        # several ranks (TrainMonitor sets it)
+        # a state step is coming (TrainMonitor sets it): its probe, given the step's tensors
+        self.state_probe: StateProbe | None = None
+        self.state_due: Callable[[], bool] = lambda: False
         self._handles = [optimizer.register_step_pre_hook(self._before),
                          optimizer.register_step_post_hook(self._after)]
 
@@ -107,11 +112,14 @@ class ProtectedStep:
             local = None
             if self.shared is not None:
                 apply, local = self.shared.share(apply)
-            if self.clip_grad_norm is not None and norm is not None:
-                torch.nn.utils.clip_grads_with_norm_(params, self.clip_grad_norm, norm)
-            if self.skip_anomalous:
+            if self.skip_anomalous:           # the copies first: clipping changes no weight
                 self._withholding.before(optimizer, params)
                 self._apply = apply
+            if self.state_probe is not None and self.state_due():
+                self.state_probe.begin(params, grads, self._withholding.params_before()
+                                       if self.skip_anomalous else None)
+            if self.clip_grad_norm is not None and norm is not None:
+                torch.nn.utils.clip_grads_with_norm_(params, self.clip_grad_norm, norm)
             nan = torch.full((), math.nan, device=device)
             stats = [nan if loss is None else loss, nan if norm is None else norm,
                      apply.float()]

@@ -70,6 +70,11 @@ class Withholding:
             torch._foreach_copy_(self._buffers, tensors)
         self._optimizer, self._slots, self._tensors = optimizer, slots, tensors
 
+    def params_before(self) -> list[torch.Tensor]:
+        """The copies of the parameters from before the step (in ``before``'s order)."""
+        return [buffer for (holder, _), buffer in zip(self._slots, self._buffers, strict=True)
+                if holder is None]
+
     def after(self, apply: torch.Tensor) -> None:
         """Each parameter: the step's values where ``apply``, the copy elsewhere; the state
         and what the device cannot select wait for ``settle``."""

@@ -1,0 +1,1 @@
+"""What state steps measure: per-layer weight, update, gradient and moment norms."""

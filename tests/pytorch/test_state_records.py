@@ -1,0 +1,76 @@
+"""State records under PyTorch: every state_interval steps, per-layer weight, update,
+pre-clip gradient and moment norms, checked against norms computed here from the tensors."""
+import io
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="make test-torch runs these, in .venv-torch")
+
+from torch import nn  # noqa: E402
+from torch_helpers import batches, records, tiny_model  # noqa: E402
+
+from mindwatch.torch import TrainMonitor  # noqa: E402
+
+
+def layer_norm(tensors):
+    return math.sqrt(sum(float(t.double().square().sum()) for t in tensors))
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["protected", "measure-only"])
+def test_state_records_hold_each_layers_norms(tmp_path, skip):
+    model = tiny_model()
+    monitor = TrainMonitor(str(tmp_path / "run"), stream=io.StringIO(), state_interval=3)
+    optimizer = monitor.protect(torch.optim.AdamW(model.parameters(), lr=1e-2), model=model,
+                                clip_grad_norm=0.05, skip_anomalous_updates=skip)
+    expected = {}
+    for step, (x, y) in enumerate(batches(6), start=1):
+        monitor.backward(nn.functional.mse_loss(model(x), y))
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        optimizer.step()
+        if step % 3 == 0:
+            after = dict(model.named_parameters())
+            expected[step] = {
+                layer: {"weight_norm": layer_norm([after[f"{layer}.{k}"] for k in kinds]),
+                        "update_norm": layer_norm([after[f"{layer}.{k}"] - before[f"{layer}.{k}"]
+                                                   for k in kinds]),
+                        "grad_norm": layer_norm([grads[f"{layer}.{k}"] for k in kinds]),
+                        "m_norm": layer_norm([optimizer.state[after[f"{layer}.{k}"]]["exp_avg"]
+                                              for k in kinds]),
+                        "v_norm": layer_norm([optimizer.state[after[f"{layer}.{k}"]]
+                                              ["exp_avg_sq"] for k in kinds])}
+                for layer, kinds in (("0", ("weight", "bias")), ("1", ("weight", "bias")),
+                                     ("3", ("weight", "bias")))}
+        optimizer.zero_grad()
+        monitor.observe(step=step)
+    monitor.close()
+    states = records(tmp_path / "run", "state")
+    assert [s["step"] for s in states] == [3, 6]
+    for state in states:
+        for layer, norms in expected[state["step"]].items():
+            got = state["layers"][layer]
+            for key, value in norms.items():
+                assert got[key] == pytest.approx(value, rel=1e-5), (state["step"], layer, key)
+            assert got["update_ratio"] == pytest.approx(norms["update_norm"]
+                                                        / norms["weight_norm"], rel=1e-5)
+        # the gradient norms are the pre-clip ones: clipping to 0.05 would shrink them
+        assert state["layers"]["3"]["grad_norm"] > 0.05
+
+
+def test_a_withheld_steps_update_is_zero(tmp_path):
+    model = tiny_model()
+    monitor = TrainMonitor(str(tmp_path / "run"), stream=io.StringIO(), state_interval=2,
+                           on_anomaly={"loss_nonfinite": "skip"})
+    optimizer = monitor.protect(torch.optim.SGD(model.parameters(), lr=0.1), model=model)
+    for step, (x, y) in enumerate(batches(4), start=1):
+        loss = nn.functional.mse_loss(model(x), y)
+        monitor.backward(loss + math.inf if step == 4 else loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        monitor.observe(step=step)
+    monitor.close()
+    states = {s["step"]: s for s in records(tmp_path / "run", "state")}
+    assert states[2]["update_norm"] > 0
+    assert states[4]["update_norm"] == 0.0
+    assert all(layer["update_ratio"] == 0.0 for layer in states[4]["layers"].values())
