@@ -8,9 +8,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="make test-torch runs these, in .venv-torch")
 
 from torch import nn  # noqa: E402
-from torch_helpers import batches, records, tiny_model  # noqa: E402
 
 from mindwatch.torch import TrainMonitor  # noqa: E402
+from torch_helpers import batches, records, tiny_model  # noqa: E402
 
 
 def layer_norm(tensors):
