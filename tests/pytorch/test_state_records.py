@@ -74,3 +74,52 @@ def test_a_withheld_steps_update_is_zero(tmp_path):
     assert states[2]["update_norm"] > 0
     assert states[4]["update_norm"] == 0.0
     assert all(layer["update_ratio"] == 0.0 for layer in states[4]["layers"].values())
+
+
+class Attention(nn.Module):
+    """A tiny self-attention exposing its logits before the softmax as a sub-module."""
+
+    def __init__(self):
+        super().__init__()
+        self.qk = nn.Linear(8, 16)
+        self.logits = nn.Identity()
+
+    def forward(self, x):                  # x: (batch, tokens, 8)
+        q, k = self.qk(x).chunk(2, dim=-1)
+        scores = self.logits(q @ k.transpose(1, 2))
+        return scores.softmax(-1) @ x
+
+
+def test_activations_and_attention_logits_on_state_steps(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(Attention(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    monitor = TrainMonitor(str(tmp_path / "run"), stream=io.StringIO(), state_interval=2)
+    optimizer = monitor.protect(torch.optim.SGD(model.parameters(), lr=0.01), model=model,
+                                activations=["1", "2"], attention_logits=["0.logits"])
+    seen = {}
+    model[2].register_forward_hook(lambda m, i, out: seen.__setitem__("relu", out.detach()))
+    model[0].logits.register_forward_hook(
+        lambda m, i, out: seen.__setitem__("logits", out.detach()))
+    expected = {}
+    generator = torch.Generator().manual_seed(3)
+    for step in range(1, 5):
+        x = torch.randn(4, 5, 8, generator=generator)
+        monitor.backward(model(x).square().mean())
+        expected[step] = (float(seen["relu"].abs().max()),
+                          float(seen["relu"].square().mean().sqrt()),
+                          float(seen["logits"].max()))
+        optimizer.step()
+        optimizer.zero_grad()
+        monitor.observe(step=step)
+    monitor.close()
+    states = records(tmp_path / "run", "state")
+    assert [s["step"] for s in states] == [2, 4]
+    for state in states:
+        relu = state["activations"]["2"]
+        max_abs, rms, logit = expected[state["step"]]
+        assert relu == {"max_abs": pytest.approx(max_abs), "rms": pytest.approx(rms)}
+        assert state["activations"]["0.logits"] == {"max_logit": pytest.approx(logit)}
+        assert set(state["activations"]) == {"0.logits", "1", "2"}
+    with pytest.raises(ValueError, match=r"'blocks\.\*' matches no module"):
+        TrainMonitor(str(tmp_path / "other"), stream=io.StringIO()).protect(
+            torch.optim.SGD(model.parameters(), lr=0.1), model=model, activations=["blocks.*"])

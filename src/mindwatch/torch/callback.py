@@ -18,6 +18,7 @@ from .checkpoints.checkpoint import resume_snippet, save_atomically
 from .checkpoints.snapshots import TrainStateSnapshots
 from .checkpoints.training_state import TrainingState
 from .hardware.memory import torch_memory_reader
+from .probes.activation_probe import ActivationProbes
 from .probes.state_probe import StateProbe
 from .ranks.consensus import consensus_for
 from .ranks.distributed import current_rank, initialised
@@ -73,6 +74,7 @@ class TrainMonitor:
                                framework=framework, **settings)
         self._ranks = RankSync(self.monitor, Fingerprinter)
         self._local_norms: LocalNorms | None = None
+        self._activations: ActivationProbes | None = None
         self._began = False
         self._said_closure = False
 
@@ -83,7 +85,8 @@ class TrainMonitor:
     # -- the loop's three calls --------------------------------------------------------------
     def protect(self, optimizer: torch.optim.Optimizer, *, model: torch.nn.Module | None = None,
                 clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
-                schedulers: Sequence[Any] = ()) -> torch.optim.Optimizer:
+                schedulers: Sequence[Any] = (), activations: Sequence[str] | None = None,
+                attention_logits: Sequence[str] | None = None) -> torch.optim.Optimizer:
         """Measure, judge and (when anomalous) withhold each of ``optimizer``'s steps.
 
         Args:
@@ -102,6 +105,10 @@ class TrainMonitor:
                 only.
             schedulers: the LR schedulers the loop steps, saved in checkpoints and rewound
                 with the optimizer.
+            activations: fnmatch patterns over ``model``'s module names (``blocks.*.mlp``):
+                on state steps, each one's output max |x| and RMS.
+            attention_logits: patterns naming modules that output attention logits before
+                the softmax: on state steps, each one's largest (probes/activation_probe.py).
 
         Raises TypeError or ValueError naming a bad argument, or a second protect.
         """
@@ -117,6 +124,10 @@ class TrainMonitor:
             if not callable(getattr(scheduler, "state_dict", None)):
                 raise TypeError("schedulers must be LR schedulers (with state_dict()); got "
                                 f"{type(scheduler).__name__}")
+        if (activations or attention_logits) and (model is None
+                                                  or self.settings.state_interval is None):
+            raise ValueError("activations and attention_logits need model= (the modules they "
+                             "name) and a state_interval (they are measured on state steps)")
         if self.train_step is not None:
             if self.train_step.optimizer is not optimizer:
                 raise ValueError("this monitor already protects another optimizer: use one "
@@ -138,6 +149,13 @@ class TrainMonitor:
         self.train_step.state_probe = probe
         # the step coming is the one after the last observed
         self.train_step.state_due = lambda: probe.due(self.monitor.last_step + 1)
+        if self._activations is not None:
+            self._activations.remove()
+            self._activations = None
+        if model is not None and (activations or attention_logits):
+            self._activations = ActivationProbes(
+                model, activations=activations, attention_logits=attention_logits,
+                due=self.train_step.state_due)
         self._state.schedulers = list(schedulers)
         self._push_limits()
         return optimizer
@@ -173,6 +191,8 @@ class TrainMonitor:
         found = self.monitor.observe(step=step, **fields)
         if protected is not None and protected.state_probe is not None:
             state = protected.state_probe.read(step, protected.optimizer)
+            if state is not None and self._activations is not None:
+                state["activations"] = self._activations.read()
             if state is not None:
                 found += self.monitor.observe_state(**state)
         # several ranks: the stops, rewinds and replicas settled together (else the rewind)
