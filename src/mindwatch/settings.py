@@ -169,7 +169,8 @@ class MonitorSettings:
         "every N steps; gradient anomaly reports always name the largest layers of their "
         "step.", "steps")
     replay: bool = setting(
-        True, "With `wrap`: a step whose update was withheld is computed once more on the same "
+        True, "With `wrap` (MindSpore) or closures given to `monitor.backward` (PyTorch): a "
+        "step whose update was withheld is computed once more on the same "
         "batch and weights before the next step (a `replay` record); healthy the second time, "
         "it is a `transient_fault` of this device. Costs nothing on other steps.")
     consistency_interval: int | None = setting(

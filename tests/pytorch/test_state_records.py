@@ -123,3 +123,70 @@ def test_activations_and_attention_logits_on_state_steps(tmp_path):
     with pytest.raises(ValueError, match=r"'blocks\.\*' matches no module"):
         TrainMonitor(str(tmp_path / "other"), stream=io.StringIO()).protect(
             torch.optim.SGD(model.parameters(), lr=0.1), model=model, activations=["blocks.*"])
+
+
+class Encoder(nn.Module):
+    """Self-attention under a causal mask and a key padding mask, as a decoder-only model
+    calls it: a Transformer encoder layer (which hands its ``nn.MultiheadAttention`` float
+    masks), or the attention itself given bool masks."""
+
+    def __init__(self, layer: bool):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, dropout=0.0,
+                                                batch_first=True)
+        self.use_layer = layer
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, x, padding):
+        causal = nn.Transformer.generate_square_subsequent_mask(x.shape[1])   # 0 and -inf
+        if not self.use_layer:
+            out, _ = self.layer.self_attn(x, x, x, key_padding_mask=padding,
+                                          attn_mask=causal.isinf(), need_weights=False)
+            return self.head(out)
+        if padding is not None:                                    # masks of one dtype
+            causal = causal.isinf()
+        return self.head(self.layer(x, src_mask=causal, src_key_padding_mask=padding))
+
+
+@pytest.mark.parametrize("layer,padded", [(True, False), (True, True), (False, True)],
+                         ids=["layer-causal", "layer-causal+padding", "bool-masks"])
+def test_the_largest_logit_of_a_multihead_attention_is_the_one_torch_computes(
+        tmp_path, monkeypatch, layer, padded):
+    # the reference: the logits torch's own attention computes, caught where it hands its
+    # projected queries, keys and merged masks to scaled_dot_product_attention
+    sdpa = nn.functional.scaled_dot_product_attention
+    computed = []
+
+    def caught(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+        logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        computed.append((float((logits + attn_mask).max()), float(logits.max())))
+        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                    **kwargs)
+    monkeypatch.setattr(nn.functional, "scaled_dot_product_attention", caught)
+    torch.manual_seed(0)
+    model = Encoder(layer)
+    monitor = TrainMonitor(str(tmp_path / "run"), stream=io.StringIO(), state_interval=2)
+    optimizer = monitor.protect(torch.optim.AdamW(model.parameters(), lr=0.05), model=model,
+                                attention_logits=["layer.self_attn"])
+    generator = torch.Generator().manual_seed(3)
+    padding = None
+    if padded:                               # the last two tokens of every sequence: padding
+        padding = torch.zeros(3, 6, dtype=torch.bool)
+        padding[:, 4:] = True
+    expected = {}
+    for step in range(1, 5):
+        x = torch.randn(3, 6, 16, generator=generator)
+        x[:, 4:] *= 8                        # the largest logits are the masked ones
+        monitor.backward(model(x, padding).square().mean())
+        expected[step], unmasked = computed[-1]
+        assert unmasked > expected[step] + 1 or not padded       # the masks matter
+        optimizer.step()
+        optimizer.zero_grad()
+        monitor.observe(step=step)
+    monitor.close()
+    states = records(tmp_path / "run", "state")
+    assert [s["step"] for s in states] == [2, 4]
+    for state in states:
+        assert state["activations"] == {"layer.self_attn": {
+            "max_logit": pytest.approx(expected[state["step"]], rel=1e-5)}}
+    assert expected[2] != pytest.approx(expected[4], rel=1e-3)      # the steps differ

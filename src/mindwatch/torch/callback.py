@@ -2,7 +2,7 @@
 Hugging Face's Trainer and Lightning)."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -11,6 +11,7 @@ from ..anomaly import Anomaly
 from ..basics.checks import check_bool, check_number
 from ..framework import FrameworkHooks
 from ..monitor import Monitor
+from ..observation import ReplayOutcome
 from ..ranks.rank_sync import RankSync
 from ..settings import MonitorSettings
 from . import compat
@@ -25,6 +26,7 @@ from .ranks.distributed import current_rank, initialised
 from .ranks.fingerprints import Fingerprinter
 from .ranks.local_norms import LocalNorms
 from .ranks.shared_verdict import SharedVerdict
+from .reading.outputs import StepOutputs
 from .step.protection import ProtectedStep
 
 
@@ -49,7 +51,7 @@ class TrainMonitor:
         monitor = TrainMonitor("runs/exp1")
         optimizer = monitor.protect(torch.optim.AdamW(model.parameters()), model=model)
         for step, (x, y) in enumerate(loader, start=1):
-            monitor.backward(loss_fn(model(x), y))
+            monitor.backward(lambda: loss_fn(model(x), y))     # or the loss itself
             optimizer.step()
             optimizer.zero_grad()
             if any(a.stops for a in monitor.observe(step=step)):
@@ -67,7 +69,8 @@ class TrainMonitor:
             save_checkpoint=self._save_checkpoint,
             resume_hint=lambda path: resume_snippet(path, self._state),
             notes=self._notes, memory_reader=torch_memory_reader(),
-            snapshots=TrainStateSnapshots(self._state), unprotected=self._unprotected)
+            snapshots=TrainStateSnapshots(self._state), unprotected=self._unprotected,
+            replay=self._replay)
         rank = current_rank()
         self.monitor = Monitor(log_dir, rank=rank.rank, world_size=rank.world_size,
                                local_rank=rank.local_rank, stream=stream, clock=clock,
@@ -77,6 +80,12 @@ class TrainMonitor:
         self._activations: ActivationProbes | None = None
         self._began = False
         self._said_closure = False
+        self._observing: StepOutputs | None = None      # the step observe is recording
+        # why this set-up cannot replay a withheld step (a trainer sets it), said once
+        self.replay_unavailable = ("monitor.backward was given the loss: give it a closure "
+                                   "that computes it (monitor.backward(lambda: "
+                                   "loss_fn(model(x), y))) to replay withheld steps")
+        self._said_replay = False
 
     @property
     def settings(self) -> MonitorSettings:
@@ -160,17 +169,31 @@ class TrainMonitor:
         self._push_limits()
         return optimizer
 
-    def backward(self, loss: torch.Tensor, *, scaler: Any = None, **kwargs: Any) -> None:
+    def backward(self, loss: torch.Tensor | Callable[[], torch.Tensor], *, scaler: Any = None,
+                 **kwargs: Any) -> None:
         """``loss.backward(**kwargs)``, the loss kept for the protected step (several calls
-        before a step: their mean, gradient accumulation). ``scaler``: AMP's
-        ``GradScaler``, whose scaled loss is backpropagated while the loss is recorded."""
+        before a step: their mean, gradient accumulation). ``loss``: the batch's loss, or a
+        closure that computes it (``lambda: loss_fn(model(x), y)``), which mindwatch calls
+        now and, when the step's update is withheld and ``replay`` is on, once more on the
+        same weights (step/replay.py). ``scaler``: AMP's ``GradScaler``, whose scaled loss is
+        backpropagated while the loss is recorded (such steps are not replayed)."""
+        self._begin()
+        step = self.train_step
+        if callable(loss) and not isinstance(loss, torch.Tensor):
+            replayable = step is not None and scaler is None and self.settings.replay
+            loss = step.replay.run(loss) if replayable and step is not None else loss()
+        elif step is not None:
+            step.replay.tensor_given()
+        if scaler is not None and step is not None:
+            step.replay.tensor_given()
+            self.replay_unavailable = ("the step used AMP's GradScaler, whose scaling replay "
+                                       "does not repeat")
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise TypeError("loss must be a tensor holding one value (the batch's loss); got "
                             f"{type(loss).__name__}"
                             f"{'' if not isinstance(loss, torch.Tensor) else tuple(loss.shape)}")
-        self._begin()
-        if self.train_step is not None:
-            self.train_step.add_loss(loss)
+        if step is not None:
+            step.add_loss(loss)
         (loss if scaler is None else scaler.scale(loss)).backward(**kwargs)
 
     def observe(self, *, step: int, **fields: Any) -> list[Anomaly]:
@@ -184,11 +207,13 @@ class TrainMonitor:
         if protected is not None and pending is not None:
             outputs = pending.read()
             protected.settle(not outputs.skipped)
+            self._observing = outputs
             measured = outputs.observation()
             extra = {**measured.get("extra", {}), **(fields.get("extra") or {})}
             fields = {**measured, **fields, **({"extra": extra} if extra else {})}
         self._say_closures()
         found = self.monitor.observe(step=step, **fields)
+        self._observing = None
         if protected is not None and protected.state_probe is not None:
             state = protected.state_probe.read(step, protected.optimizer)
             if state is not None and self._activations is not None:
@@ -253,6 +278,22 @@ class TrainMonitor:
             self._said_closure = True
             self.monitor.notice("optimizer.step(closure) computes the gradients inside the "
                                 "step: those steps are neither measured nor protected")
+
+    def _replay(self) -> ReplayOutcome | None:
+        """``FrameworkHooks.replay``: the withheld step being observed, computed again."""
+        step, outputs = self.train_step, self._observing
+        if step is None or outputs is None:
+            return None
+        if not step.replay.last:
+            if not self._said_replay:
+                self._said_replay = True
+                self.monitor.notice(f"replay: the withheld step {self.monitor.last_step} was "
+                                    f"not computed again: {self.replay_unavailable}")
+            return None
+        params = [p for group in step.optimizer.param_groups for p in group["params"]]
+        return step.replay.replay(
+            params, step.verdict, outputs.lr_groups,
+            discard=self._local_norms.take if self._local_norms is not None else lambda: None)
 
     def _unprotected(self) -> str | None:
         if self.train_step is None:

@@ -9,8 +9,9 @@ value; other forwards cost one Python call. With several forwards before one ste
 accumulation) the last one counts. ``observe`` reads them in one vector into the ``state``
 record's ``activations``.
 
-``nn.MultiheadAttention`` returns its weights after the softmax, never its logits: name the
-module that computes the logits instead (a custom attention exposes them as a sub-module).
+An ``nn.MultiheadAttention`` named in ``attention_logits`` shows no logits (its output is
+after the softmax): its hook recomputes them from the forward's inputs
+(attention_logits.py). Any other module named there must output the logits themselves.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 
 from ...records import Activation
+from .attention_logits import largest_logit
 
 
 class ActivationProbes:
@@ -31,17 +33,12 @@ class ActivationProbes:
         modules = dict(model.named_modules())
         self._outputs = _matching(modules, activations, "activations")
         self._logits = _matching(modules, attention_logits, "attention_logits")
-        for name in self._logits:
-            if isinstance(modules[name], torch.nn.MultiheadAttention):
-                raise ValueError(
-                    f"attention_logits: {name!r} is an nn.MultiheadAttention, whose output is "
-                    "the weights after the softmax: name the module that outputs the logits")
-        self._handles = [modules[name].register_forward_hook(self._hook(name))
+        self._handles = [modules[name].register_forward_hook(self._hook(name), with_kwargs=True)
                          for name in sorted(set(self._outputs) | set(self._logits),
                                             key=list(modules).index)]
 
     def _hook(self, name: str) -> Callable[..., None]:
-        def hook(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+        def hook(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             if not module.training or not self._due():
                 return
             x = output[0] if isinstance(output, tuple) else output
@@ -53,7 +50,9 @@ class ActivationProbes:
                 if name in self._outputs:
                     values += [x.abs().max(), x.square().mean().sqrt()]
                 if name in self._logits:
-                    values.append(x.max())
+                    values.append(largest_logit(module, args, kwargs)
+                                  if isinstance(module, torch.nn.MultiheadAttention)
+                                  else x.max())
                 self._values[name] = values
         return hook
 

@@ -23,6 +23,7 @@ import torch
 from ..probes.state_probe import StateProbe
 from ..ranks.shared_verdict import SharedVerdict
 from ..reading.outputs import PendingStep
+from .replay import StepReplay
 from .verdict import StepVerdict
 from .withholding import Withholding
 
@@ -37,6 +38,7 @@ class ProtectedStep:
         self.skip_anomalous = skip_anomalous_updates
         self.verdict = StepVerdict(grad_explode=grad_explode)
         self._withholding = Withholding()
+        self.replay = StepReplay()              # the closures monitor.backward ran
         self._loss_sum: torch.Tensor | None = None
         self._losses = 0
         self._apply: torch.Tensor | None = None
@@ -81,6 +83,7 @@ class ProtectedStep:
             # there by whoever runs it (Lightning's callback), or not at all
             if not self.in_closure:
                 self._settle_unread()
+                self.replay.step_measured()
                 self.closures += 1
                 self._apply = None
             return
@@ -91,6 +94,7 @@ class ProtectedStep:
         the pre-hook's work, called by a trainer whose closure computes the gradients inside
         ``optimizer.step`` (``in_closure``) once they are ready."""
         self._settle_unread()
+        self.replay.step_measured()
         optimizer = self.optimizer
         with torch.no_grad():
             params = [p for group in optimizer.param_groups for p in group["params"]
