@@ -8,8 +8,11 @@ device, the update's copies for withholding) and ``monitor.observe``, with the J
 and the console. They take turns step by step, in a rotating order, so drift of the machine
 hits all alike; the ratio is the median over steps of (monitored / bare) in the same turn.
 Two sizes: a small model (tens of ms a step on a CPU) and one whose step takes 100 ms or
-more. Also printed: protection without the withholding copies
-(``skip_anomalous_updates=False``, "measure-only").
+more. Rows: "mindwatch" as it runs on this device (on the CPU the verdict is read when it
+is taken and a healthy step copies nothing; on an accelerator it is selected with on the
+device); "device-verdict", the accelerator's way forced on this device (the copies of the
+parameters and optimizer state, and the select, every step); "measure-only"
+(``skip_anomalous_updates=False``: no withholding at all).
 
     python benchmarks/torch_overhead.py [--rounds 10] [--steps 20] [--device cpu|cuda]
                                         [--threads 1]
@@ -58,7 +61,10 @@ class Loop:
             self.monitor = TrainMonitor(f"{log_root}/{kind}", stream=io.StringIO(),
                                         hardware_interval_s=None)
             optimizer = self.monitor.protect(optimizer, model=self.model, clip_grad_norm=1.0,
-                                             skip_anomalous_updates=kind == "mindwatch")
+                                             skip_anomalous_updates=kind != "measure-only")
+            if kind == "device-verdict":
+                assert self.monitor.train_step is not None
+                self.monitor.train_step.verdict_on_host = False
         self.optimizer = optimizer
         self.step = 0
         self.device = device
@@ -93,16 +99,16 @@ def measure(name: str, size: dict, args: argparse.Namespace) -> None:
     batches = [(torch.randint(0, size["vocab"], (args.batch, size["seq"]), generator=generator)
                 .to(args.device),) * 2 for _ in range(args.steps)]
     with tempfile.TemporaryDirectory() as root:
-        loops = [Loop(kind, size, args.device, root)
-                 for kind in ("bare", "mindwatch", "measure-only")]
+        kinds = ("bare", "mindwatch", "device-verdict", "measure-only")
+        loops = [Loop(kind, size, args.device, root) for kind in kinds]
         for loop in loops:                   # warm-up: allocator, first-step state
             for batch in batches[:3]:
                 loop.timed(batch, args.device)
-        ratios: dict[str, list[float]] = {"mindwatch": [], "measure-only": []}
+        ratios: dict[str, list[float]] = {kind: [] for kind in kinds[1:]}
         bare_times = []
         for turn in range(args.rounds * args.steps):
             batch = batches[turn % len(batches)]
-            order = loops[turn % 3:] + loops[:turn % 3]
+            order = loops[turn % len(loops):] + loops[:turn % len(loops)]
             times = {loop.kind: loop.timed(batch, args.device) for loop in order}
             bare_times.append(times["bare"])
             for kind in ratios:
@@ -115,7 +121,7 @@ def measure(name: str, size: dict, args: argparse.Namespace) -> None:
           f"{statistics.median(bare_times) * 1e3:.1f} ms on {args.device}")
     for kind, values in ratios.items():
         quartiles = statistics.quantiles(values, n=4)
-        print(f"  {kind:13s} {statistics.median(values):.3f}x the bare loop "
+        print(f"  {kind:14s} {statistics.median(values):.3f}x the bare loop "
               f"(quartiles of the steps' ratios {quartiles[0]:.3f}-{quartiles[2]:.3f})")
 
 

@@ -1,7 +1,8 @@
 """One rank of a DDP job under torchrun (gloo, CPU), for test_ddp.py:
 ``torchrun --nproc_per_node=2 ddp_trainer.py LOG_DIR FAULT``. FAULT: ``none``, ``nan_rank1``
-(rank 1's loss NaN at step 6), or ``replica_rank1`` (a weight of rank 1 nudged after step 4,
-so its replica differs from then on)."""
+(rank 1's loss NaN at step 6), ``transient_rank1`` (the same, the first time step 6 is
+computed only: its replay is healthy), or ``replica_rank1`` (a weight of rank 1 nudged after
+step 4, so its replica differs from then on). Each backward is given a closure (replay)."""
 import io
 import sys
 
@@ -26,10 +27,14 @@ def main(log_dir: str, fault: str) -> None:
     for step in range(1, STEPS + 1):
         x = torch.randn(16, 8, generator=generator)
         y = x[:, :1] + torch.randn(16, 1, generator=generator)
-        loss = nn.functional.mse_loss(ddp(x), y)
-        if fault == "nan_rank1" and rank == 1 and step == 6:
-            loss = loss * float("nan")
-        monitor.backward(loss)
+        calls = []
+
+        def loss_of(x=x, y=y, step=step, calls=calls):
+            loss = nn.functional.mse_loss(ddp(x), y)
+            calls.append(step)
+            bad = fault == "nan_rank1" or (fault == "transient_rank1" and len(calls) == 1)
+            return loss * float("nan") if bad and rank == 1 and step == 6 else loss
+        monitor.backward(loss_of)
         optimizer.step()
         optimizer.zero_grad()
         if fault == "replica_rank1" and rank == 1 and step == 4:

@@ -50,6 +50,24 @@ def test_a_nan_on_one_rank_is_withheld_on_both_which_stop_together(tmp_path):
     # the withheld update left both replicas identical
     weights = [torch.load(tmp_path / f"weights_rank{rank}.pt") for rank in (0, 1)]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+    # both ranks computed step 6 again, together (their all-reduces paired): the same NaN
+    for rank in (0, 1):
+        (replay,) = records(tmp_path, "replay", rank)
+        assert (replay["step"], replay["reproduced"]) == (6, True), rank
+
+
+def test_a_fault_that_does_not_come_back_on_one_rank_is_a_transient_fault_naming_it(tmp_path):
+    torchrun(tmp_path, "transient_rank1")
+    for rank in (0, 1):
+        (replay,) = records(tmp_path, "replay", rank)
+        assert (replay["step"], replay["reproduced"], replay["healthy"]) == (6, False, True)
+        assert replay["grad_norm"] == "NaN" and 0 < replay["replay_grad_norm"] < 100
+        faults = [a for a in records(tmp_path, "anomaly", rank)
+                  if a["anomaly"] == "transient_fault"]
+        # every rank names rank 1, whose own gradients went bad
+        assert [(a["step"], a["origin_rank"]) for a in faults] == [(6, 1)], rank
+    replays = [records(tmp_path, "replay", rank)[0] for rank in (0, 1)]
+    assert replays[0]["replay_grad_norm"] == replays[1]["replay_grad_norm"]   # reduced alike
 
 
 def test_a_replica_that_drifts_is_found_at_the_next_comparison(tmp_path):

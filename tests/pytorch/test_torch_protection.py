@@ -55,11 +55,15 @@ def bare_run(name, data, skip_at=(), clip=1.0):
     return model, optimizer, norms
 
 
-def protected_run(tmp_path, name, data, poison_at=None, poison=None, **settings):
+def protected_run(tmp_path, name, data, poison_at=None, poison=None, on_host=None,
+                  **settings):
+    """``on_host``: the verdict read on the host (the CPU's way), or selected with on the
+    device (an accelerator's way); None: as the device decides."""
     model = tiny_model()
     monitor = TrainMonitor(str(tmp_path / "run"), stream=io.StringIO(), **settings)
     optimizer = monitor.protect(OPTIMIZERS[name](model.parameters()), model=model,
                                 clip_grad_norm=1.0)
+    monitor.train_step.verdict_on_host = on_host
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
     before_bad = None
     for step, batch in enumerate(data, start=1):
@@ -82,13 +86,14 @@ def protected_run(tmp_path, name, data, poison_at=None, poison=None, **settings)
     return model, optimizer, monitor
 
 
+@pytest.mark.parametrize("on_host", [True, False], ids=["host-verdict", "device-verdict"])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_a_withheld_step_leaves_the_parameters_state_and_step_counts_as_they_were(tmp_path,
-                                                                                  name):
+def test_a_withheld_step_leaves_the_parameters_state_and_step_counts_as_they_were(
+        tmp_path, name, on_host):
     data = batches(9)
     model, optimizer, _ = protected_run(
         tmp_path, name, data, poison_at=5, poison=lambda loss: loss * math.nan,
-        on_anomaly={"loss_nonfinite": "skip", "gradient_nonfinite": "skip"})
+        on_host=on_host, on_anomaly={"loss_nonfinite": "skip", "gradient_nonfinite": "skip"})
     reference, reference_optimizer, _ = bare_run(name, data, skip_at={5})
     # training went on from the state before step 5 exactly as if its batch had never come
     assert bitwise_equal(snapshot(model, optimizer), snapshot(reference, reference_optimizer))
@@ -111,10 +116,11 @@ def test_a_withheld_first_step_leaves_no_optimizer_state(tmp_path, name):
                          [p.detach() for p in first.parameters()])
 
 
+@pytest.mark.parametrize("on_host", [True, False], ids=["host-verdict", "device-verdict"])
 @pytest.mark.parametrize("name", ["AdamW-amsgrad", "SGD-momentum-nesterov", "Adam-fused"])
-def test_healthy_steps_are_those_of_a_bare_loop_with_clip_grad_norm(tmp_path, name):
+def test_healthy_steps_are_those_of_a_bare_loop_with_clip_grad_norm(tmp_path, name, on_host):
     data = batches(8)
-    model, optimizer, _ = protected_run(tmp_path, name, data)
+    model, optimizer, _ = protected_run(tmp_path, name, data, on_host=on_host)
     reference, reference_optimizer, norms = bare_run(name, data)
     assert bitwise_equal(snapshot(model, optimizer), snapshot(reference, reference_optimizer))
     steps = records(tmp_path / "run", "step")

@@ -26,7 +26,7 @@ def largest_logit(module: torch.nn.MultiheadAttention, args: tuple,
                   kwargs: dict[str, Any]) -> torch.Tensor:
     """The forward's largest pre-softmax logit (q·k / sqrt(head_dim) plus any additive
     mask), a 0-d float32 tensor on the module's device; -inf when every position is masked."""
-    bound = {**dict(zip(_ARGUMENTS, args)), **kwargs}
+    bound = {**dict(zip(_ARGUMENTS, args, strict=False)), **kwargs}
     query, key = bound["query"].detach(), bound["key"].detach()
     if query.dim() == 2:                              # (L, E): a batch of one
         query, key = query.unsqueeze(1), key.unsqueeze(1)

@@ -7,7 +7,9 @@ wrapped, two hooks are registered. Before the step: the pre-clip global norm of 
 gradients (``torch.nn.utils.get_total_norm``, the number ``clip_grad_norm_`` returns), the
 verdict (verdict.py), clipping to ``clip_grad_norm`` after measuring, the copies withholding
 needs. After it: the update undone where the verdict says so (withholding.py). No value is
-read to the host in either; ``observe`` reads the step's numbers once (reading/outputs.py).
+read to the host in either on an accelerator; ``observe`` reads the step's numbers once
+(reading/outputs.py). On the CPU, where reading a value waits for nothing, the verdict is
+read when it is taken, and only a withheld step is copied and undone.
 
 A withheld step leaves the parameters, the optimizer state and its step counts as they were.
 An LR scheduler stepped by the loop still counts the step, as it counts the steps that AMP's
@@ -43,6 +45,11 @@ class ProtectedStep:
         self._losses = 0
         self._apply: torch.Tensor | None = None
         self.pending: PendingStep | None = None
+        # On a CPU the verdict's value is on the host as soon as it is computed: reading it
+        # waits for nothing, and a healthy step then needs no copy at all. On an accelerator
+        # the read would wait for the device, so the step copies and selects there instead.
+        # None: on the host when the gradients are on the CPU (tests force either).
+        self.verdict_on_host: bool | None = None
         self.closures = 0                       # steps given a closure (not measured)
         # a trainer that measures inside the closure, where the gradients are computed
         self.in_closure = False
@@ -116,12 +123,16 @@ class ProtectedStep:
             local = None
             if self.shared is not None:
                 apply, local = self.shared.share(apply)
+            copied, self._apply = False, None
             if self.skip_anomalous:           # the copies first: clipping changes no weight
-                self._withholding.before(optimizer, params)
-                self._apply = apply
+                on_host = self.verdict_on_host if self.verdict_on_host is not None \
+                    else device.type == "cpu"
+                if not on_host or not bool(apply):
+                    self._withholding.before(optimizer, params)
+                    self._apply, copied = apply, True
             if self.state_probe is not None and self.state_due():
                 self.state_probe.begin(params, grads, self._withholding.params_before()
-                                       if self.skip_anomalous else None)
+                                       if copied else None)
             if self.clip_grad_norm is not None and norm is not None:
                 torch.nn.utils.clip_grads_with_norm_(params, self.clip_grad_norm, norm)
             nan = torch.full((), math.nan, device=device)

@@ -16,8 +16,9 @@ could not select: state an optimizer creates at its first step (removed again), 
 held as Python numbers, and parameters on another device than the verdict.
 
 Cost (``benchmarks/torch_overhead.py``): one more copy of the parameters and optimizer state
-in memory (with AdamW, three times the weights' bytes); per healthy step, a copy of them and
-a select over the parameters.
+in memory (with AdamW, three times the weights' bytes); per healthy step on an accelerator, a
+copy of them and a select over the parameters. On the CPU the protected step reads its
+verdict first and calls ``before`` only for a step it withholds (protection.py).
 """
 from __future__ import annotations
 

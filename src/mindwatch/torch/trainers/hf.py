@@ -27,8 +27,8 @@ class HFCallback(TrainerCallback):
     def __init__(self, log_dir: str, *, stream=None, clock=None, **settings: Any):
         self.train_monitor = TrainMonitor(log_dir, stream=stream, clock=clock, **settings)
         self.train_monitor.replay_unavailable = (
-            "Hugging Face's Trainer computes the step's batches itself (replay needs a plain loop whose "
-            "monitor.backward is given a closure)")
+            "Hugging Face's Trainer computes the step's batches itself (replay needs a plain "
+            "loop whose monitor.backward is given a closure)")
         self._hook: Any = None
         self._max_grad_norm: float | None = None
         self._args: Any = None

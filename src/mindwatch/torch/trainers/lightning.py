@@ -24,8 +24,8 @@ class LightningCallback(Callback):
     def __init__(self, log_dir: str, *, stream=None, clock=None, **settings: Any):
         self.train_monitor = TrainMonitor(log_dir, stream=stream, clock=clock, **settings)
         self.train_monitor.replay_unavailable = (
-            "Lightning computes the step's batches itself (replay needs a plain loop whose "
-            "monitor.backward is given a closure)")
+            "Lightning computes the step's batches itself (replay needs a plain "
+            "loop whose monitor.backward is given a closure)")
         self._observed = 0
 
     @property
