@@ -1,5 +1,6 @@
 """Several ranks under torchrun (DDP, gloo on the CPU): one verdict for all, one stop for
-all, the rank a gradient anomaly came from, replicas compared."""
+all, the rank a gradient anomaly came from, replicas compared, replays together; a plain
+loop, Hugging Face's Trainer and Lightning."""
 import os
 import socket
 import subprocess
@@ -13,10 +14,12 @@ torch = pytest.importorskip("torch", reason="make test-torch runs these, in .ven
 from torch_helpers import records  # noqa: E402
 
 TRAINER = Path(__file__).with_name("ddp_trainer.py")
+HF_TRAINER = Path(__file__).with_name("hf_ddp_trainer.py")
+LIGHTNING_TRAINER = Path(__file__).with_name("lightning_ddp_trainer.py")
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torchrun")]
 
 
-def torchrun(log_dir: Path, fault: str) -> None:
+def torchrun(log_dir: Path, *args: str, script: Path = TRAINER) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -26,7 +29,7 @@ def torchrun(log_dir: Path, fault: str) -> None:
     environment["OMP_NUM_THREADS"] = "1"
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-         f"--master_port={port}", str(TRAINER), str(log_dir), fault],
+         f"--master_port={port}", str(script), str(log_dir), *args],
         env=environment, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
@@ -88,3 +91,21 @@ def test_healthy_ranks_train_to_the_end_with_identical_replicas(tmp_path):
         assert records(tmp_path, "anomaly", rank) == []
         (run,) = records(tmp_path, "run", rank)
         assert run["world_size"] == 2
+
+
+@pytest.mark.parametrize("script", [HF_TRAINER, LIGHTNING_TRAINER],
+                         ids=["HF-Trainer", "Lightning"])
+def test_under_a_trainer_a_nan_on_one_rank_stops_both_at_the_same_step(tmp_path, script):
+    from torch_conformance import BAD_STEP
+    torchrun(tmp_path / "run", str(tmp_path / "out"), script=script)
+    for rank in (0, 1):
+        steps = records(tmp_path / "run", "step", rank)
+        assert [s["step"] for s in steps] == list(range(1, BAD_STEP + 1)), rank
+        assert [s["step"] for s in steps if s["skipped"]] == [BAD_STEP], rank
+        kinds = {a["anomaly"] for a in records(tmp_path / "run", "anomaly", rank)}
+        assert "gradient_nonfinite" in kinds, rank
+        (end,) = records(tmp_path / "run", "end", rank)
+        assert end["reason"] == "stopped"
+    assert "loss_nonfinite" in {a["anomaly"] for a in records(tmp_path / "run", "anomaly", 1)}
+    weights = [torch.load(tmp_path / "run" / f"weights_rank{rank}.pt") for rank in (0, 1)]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
