@@ -170,38 +170,57 @@ def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path, launcher):
     assert all(s["grad_norm"] is None for s in log.steps)
 
 
-def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts_down(
-        tmp_path, launcher):
-    # 100 ms of steady compute a step, 1.5 s from step 13 on: three times slower (the drop
-    # factor) unless a loaded host added 0.6 s to every step; 1.5 times (what eta_s takes
-    # for a new pace) unless it added 2.8 s
+def _slowdown_run(tmp_path, launcher):
+    """The run of 20 steps, slow from step 13 on, and its step times."""
+    tmp_path.mkdir()
     config = mf_config(tmp_path, callbacks=[{"type": "SlowFromStep", "step": 13,
                                              "seconds": 1.4, "base": 0.1}])
     yaml_config = yaml.safe_load(config.read_text())
     # 20 steps: a short warm-up and window; a factor far above a loaded CPU's noise. A window
-    # of 6: a loaded CI host's stalls must hit 3 steps of 6 to fake a drop (with 4, two
-    # stalls of ~0.5 s were enough: CI once found one at step 7, under MindFormers 1.6)
+    # of 6: stalls must hit 3 steps of 6 to fake a drop
     yaml_config["callbacks"][-2].update(trend_warmup=2, pace_window=6,
                                         throughput_drop_factor=3.0)
     config.write_text(yaml.safe_dump(yaml_config))
     launcher.run(tmp_path, config)
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
-    times = [(s["step"], s["step_time_s"]) for s in log.steps]
+    return log, {s["step"]: s["step_time_s"] for s in log.steps}
+
+
+def _host_left_it_alone(times):
+    """Steps 3-12 within 2x of each other, steps 13-20 within 1.5x, the slow ones 6x the
+    others: what a quiet host gives (~0.12 s and ~1.52 s), and what makes step 15 the first
+    whose window median is 3x the baseline. On this 2-core host a MindSpore
+    step beside two busy processes took 0.6-3.6 s instead of 20 ms of compute, the steady
+    steps then as slow as the slow ones were meant to be, which no rule can tell apart."""
+    steady, slow = [times[s] for s in range(3, 13)], [times[s] for s in range(13, 21)]
+    return (max(steady) < 2 * min(steady) and max(slow) < 1.5 * min(slow)
+            and min(slow) > 6 * max(steady))
+
+
+def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts_down(
+        tmp_path, launcher):
+    # 100 ms of steady compute a step, 1.5 s from step 13 on. The run again (three tries at
+    # most) while the CI host's other worker made its steps swing: the rules are judged on
+    # the run this test describes, a steady one that slows down
+    for attempt in range(3):
+        log, times = _slowdown_run(tmp_path / f"try{attempt}", launcher)
+        if _host_left_it_alone(times):
+            break
+    else:
+        pytest.fail(f"the host made every try's steps swing: {times}")
     assert len(log.anomalies) == 1, times
     [drop] = log.anomalies
-    # 3 of the window's 6 steps slow (4 when a loaded host slowed the baseline's steps too)
-    assert drop["anomaly"] == "throughput_drop" and drop["step"] in (15, 16), (drop, times)
+    # 3 of the window's 6 steps slow
+    assert drop["anomaly"] == "throughput_drop" and drop["step"] == 15, (drop, times)
     assert drop["cause"] == "compute" and drop["ranks"] == [0], (drop, times)
     assert drop["value"] > 0.2 and drop["actions"] == ["warn"]
     assert all(s["data_time_s"] >= 0 for s in log.steps)
     etas = [s.get("eta_s") for s in log.steps]
     assert etas[0] is None and etas[-1] == 0.0 and all(e > 0 for e in etas[1:-1])
     # the 2 steps left at the new pace: the 6 slow steps in a row (a third of the 17 timed)
-    # are no stall. The pace is the one the latest 5 slow steps showed (steps 14 to 18), not
-    # what the last two took: a loaded host may slow those after the ETA was given.
+    # are no stall. The pace is the one the latest 5 slow steps showed (steps 14 to 18)
     pace = (log.steps[17]["time"] - log.steps[12]["time"]) / 5
-    assert etas[17] == pytest.approx(2 * pace, rel=0.1), \
-        [(s["step"], s["step_time_s"]) for s in log.steps]
+    assert etas[17] == pytest.approx(2 * pace, rel=0.1), times
 
 
 def test_the_trainer_callbacks_argument_works_too(tmp_path, launcher):
