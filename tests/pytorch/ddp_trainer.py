@@ -1,7 +1,8 @@
 """One rank of a DDP job under torchrun (gloo, CPU), for test_ddp.py:
 ``torchrun --nproc_per_node=2 ddp_trainer.py LOG_DIR FAULT``. FAULT: ``none``, ``nan_rank1``
 (rank 1's loss NaN at step 6), ``transient_rank1`` (the same, the first time step 6 is
-computed only: its replay is healthy), or ``replica_rank1`` (a weight of rank 1 nudged after
+computed only: its replay is healthy), ``own_comm_hook`` (the model has a communication hook
+of the user's before protect), or ``replica_rank1`` (a weight of rank 1 nudged after
 step 4, so its replica differs from then on). Each backward is given a closure (replay)."""
 import io
 import sys
@@ -21,6 +22,9 @@ def main(log_dir: str, fault: str) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
     ddp = nn.parallel.DistributedDataParallel(model)
+    if fault == "own_comm_hook":          # the user's own hook (DDP takes one)
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        ddp.register_comm_hook(None, allreduce_hook)
     monitor = TrainMonitor(log_dir, stream=io.StringIO(), consistency_interval=5)
     optimizer = monitor.protect(torch.optim.AdamW(ddp.parameters(), lr=1e-2), model=ddp)
     generator = torch.Generator().manual_seed(100 + rank)       # each rank its own data

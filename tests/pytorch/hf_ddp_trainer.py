@@ -6,10 +6,10 @@ import os
 import sys
 
 import torch
-from torch_conformance import BAD_STEP, SETTINGS, STEPS, Pairs, PoisonNet
 from transformers import Trainer, TrainingArguments
 
 from mindwatch.torch import HFCallback
+from torch_conformance import BAD_STEP, SETTINGS, STEPS, Pairs, PoisonNet
 
 
 def main(log_dir: str, output_dir: str) -> None:

@@ -7,9 +7,9 @@ import sys
 
 import lightning.pytorch as pl
 import torch
-from torch_conformance import BAD_STEP, SETTINGS, STEPS, Pairs, PoisonNet
 
 from mindwatch.torch import LightningCallback
+from torch_conformance import BAD_STEP, SETTINGS, STEPS, Pairs, PoisonNet
 
 
 class Module(pl.LightningModule):

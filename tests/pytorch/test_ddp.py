@@ -84,6 +84,16 @@ def test_a_replica_that_drifts_is_found_at_the_next_comparison(tmp_path):
         assert records(tmp_path, "step", rank)[-1]["step"] == 5
 
 
+def test_a_communication_hook_of_the_users_own_keeps_its_place(tmp_path):
+    torchrun(tmp_path, "own_comm_hook")
+    for rank in (0, 1):
+        steps = records(tmp_path, "step", rank)
+        assert len(steps) == 12 and all("local_grad_norm" not in s for s in steps), rank
+        notices = [n["message"] for n in records(tmp_path, "notice", rank)]
+        assert any(n.startswith("local_grad_norm is not measured: the DDP model has a "
+                                "communication hook of its own") for n in notices), notices
+
+
 def test_healthy_ranks_train_to_the_end_with_identical_replicas(tmp_path):
     torchrun(tmp_path, "none")
     for rank in (0, 1):
@@ -107,5 +117,12 @@ def test_under_a_trainer_a_nan_on_one_rank_stops_both_at_the_same_step(tmp_path,
         (end,) = records(tmp_path / "run", "end", rank)
         assert end["reason"] == "stopped"
     assert "loss_nonfinite" in {a["anomaly"] for a in records(tmp_path / "run", "anomaly", 1)}
+    if script == LIGHTNING_TRAINER:        # its DDP wrapper is the strategy's, reachable
+        for rank in (0, 1):
+            anomalies = {a["anomaly"]: a for a in records(tmp_path / "run", "anomaly", rank)}
+            assert anomalies["gradient_nonfinite"]["origin_rank"] == 1, rank
+        norms = [records(tmp_path / "run", "step", rank)[0]["local_grad_norm"]
+                 for rank in (0, 1)]
+        assert norms[0] != norms[1] and all(0 < n < 100 for n in norms)
     weights = [torch.load(tmp_path / "run" / f"weights_rank{rank}.pt") for rank in (0, 1)]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])

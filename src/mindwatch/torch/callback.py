@@ -148,7 +148,7 @@ class TrainMonitor:
         if self.monitor.world_size > 1 and initialised():
             if isinstance(model, torch.nn.parallel.DistributedDataParallel) and \
                     self._local_norms is None:
-                self._local_norms = LocalNorms(model)
+                self._local_norms = LocalNorms.on(model, self.monitor.notice)
             self.train_step.shared = SharedVerdict(self.monitor.rank, self.monitor.world_size,
                                                    self._local_norms)
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightning.pytorch import Callback
+from torch.nn.parallel import DistributedDataParallel
 
 from ..callback import TrainMonitor
 
@@ -36,8 +37,11 @@ class LightningCallback(Callback):
         if not trainer.optimizers:
             return
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
-        self.train_monitor.protect(trainer.optimizers[0], model=pl_module,
-                                   schedulers=schedulers)
+        # under DDP the strategy's wrapper, whose communication hook measures each rank's
+        # own gradient norm (local_grad_norm); protect unwraps it for checkpoints
+        wrapped = getattr(trainer.strategy, "model", None)
+        model = wrapped if isinstance(wrapped, DistributedDataParallel) else pl_module
+        self.train_monitor.protect(trainer.optimizers[0], model=model, schedulers=schedulers)
         step = self.train_monitor.train_step
         assert step is not None                   # protect() made it
         step.in_closure = True
