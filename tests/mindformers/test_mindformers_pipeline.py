@@ -1,6 +1,7 @@
 """mindwatch in MindSpore Transformers' own pipeline: a YAML config with a `callbacks:` entry,
 run the way run_mindformer.py runs it (mf_launcher.py), a 2-layer legacy Llama on the CPU."""
 import json
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -171,7 +172,7 @@ def test_without_use_clip_grad_the_advice_is_mindformers(tmp_path, launcher):
 
 
 def _slowdown_run(tmp_path, launcher):
-    """The run of 20 steps, slow from step 13 on, and its step times."""
+    """The run of 20 steps, slow from step 13 on, and its step times by step."""
     tmp_path.mkdir()
     config = mf_config(tmp_path, callbacks=[{"type": "SlowFromStep", "step": 13,
                                              "seconds": 1.4, "base": 0.1}])
@@ -186,41 +187,49 @@ def _slowdown_run(tmp_path, launcher):
     return log, {s["step"]: s["step_time_s"] for s in log.steps}
 
 
-def _host_left_it_alone(times):
-    """Steps 3-12 within 2x of each other, steps 13-20 within 1.5x, the slow ones 6x the
-    others: what a quiet host gives (~0.12 s and ~1.52 s), and what makes step 15 the first
-    whose window median is 3x the baseline. On this 2-core host a MindSpore
-    step beside two busy processes took 0.6-3.6 s instead of 20 ms of compute, the steady
-    steps then as slow as the slow ones were meant to be, which no rule can tell apart."""
-    steady, slow = [times[s] for s in range(3, 13)], [times[s] for s in range(13, 21)]
-    return (max(steady) < 2 * min(steady) and max(slow) < 1.5 * min(slow)
-            and min(slow) > 6 * max(steady))
+def _first_slow_window(times):
+    """The step throughput_drop must name in these step times, by its rule: the first whose
+    window of 6 has a median over 3x the baseline. The baseline is the median window of
+    those learned so far (disjoint windows after the 2-step warm-up: steps 3-8, then 9-14;
+    of two, the slower). None: no such step."""
+    def window(end):
+        return statistics.median(times[s] for s in range(end - 5, end + 1))
+    baseline = window(8)
+    for step in range(9, 21):
+        if step == 14:
+            baseline = max(baseline, window(14))
+        if window(step) > 3 * baseline:
+            return step
+    return None
 
 
 def test_a_slower_step_under_the_trainer_is_a_throughput_drop_and_the_eta_counts_down(
         tmp_path, launcher):
-    # 100 ms of steady compute a step, 1.5 s from step 13 on. The run again (three tries at
-    # most) while the CI host's other worker made its steps swing: the rules are judged on
-    # the run this test describes, a steady one that slows down
+    # 100 ms of steady compute a step, 1.5 s from step 13 on. Where a busy CI host made the
+    # steady steps so slow that the rule rightly found a drop before the slowdown (beside two
+    # busy processes a 20 ms MindSpore step here took 0.6-3.6 s), the run again: three tries
+    # at most. The rule is held to the step its definition gives for the times measured (15
+    # on a quiet host: 3 of the window's 6 steps slow; 16 when the host slowed the baseline)
     for attempt in range(3):
         log, times = _slowdown_run(tmp_path / f"try{attempt}", launcher)
-        if _host_left_it_alone(times):
+        expected = _first_slow_window(times)
+        if expected is not None and expected >= 13:
             break
     else:
-        pytest.fail(f"the host made every try's steps swing: {times}")
+        pytest.fail(f"the host made every try's steady steps as slow as the slow ones: {times}")
     assert len(log.anomalies) == 1, times
     [drop] = log.anomalies
-    # 3 of the window's 6 steps slow
-    assert drop["anomaly"] == "throughput_drop" and drop["step"] == 15, (drop, times)
+    assert drop["anomaly"] == "throughput_drop" and drop["step"] == expected, (drop, times)
     assert drop["cause"] == "compute" and drop["ranks"] == [0], (drop, times)
     assert drop["value"] > 0.2 and drop["actions"] == ["warn"]
     assert all(s["data_time_s"] >= 0 for s in log.steps)
     etas = [s.get("eta_s") for s in log.steps]
     assert etas[0] is None and etas[-1] == 0.0 and all(e > 0 for e in etas[1:-1])
-    # the 2 steps left at the new pace: the 6 slow steps in a row (a third of the 17 timed)
-    # are no stall. The pace is the one the latest 5 slow steps showed (steps 14 to 18)
-    pace = (log.steps[17]["time"] - log.steps[12]["time"]) / 5
-    assert etas[17] == pytest.approx(2 * pace, rel=0.1), times
+    # the 2 steps left at the new pace (1.5 s a step): the 6 slow steps in a row are no
+    # stall, and the old pace (0.1 s) is not promised. Within the slow steps' spread: a
+    # loaded host's hiccups are spread over the steps left
+    slow = [times[s] for s in range(13, 19)]
+    assert 1.8 * min(slow) <= etas[17] <= 2.5 * max(slow), times
 
 
 def test_the_trainer_callbacks_argument_works_too(tmp_path, launcher):
