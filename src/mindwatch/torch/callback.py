@@ -180,8 +180,10 @@ class TrainMonitor:
         self._begin()
         step = self.train_step
         if callable(loss) and not isinstance(loss, torch.Tensor):
-            replayable = step is not None and scaler is None and self.settings.replay
-            loss = step.replay.run(loss) if replayable and step is not None else loss()
+            if step is not None and scaler is None and self.settings.replay:
+                loss = step.replay.run(loss)
+            else:
+                loss = loss()
         elif step is not None:
             step.replay.tensor_given()
         if scaler is not None and step is not None:

@@ -82,17 +82,17 @@ class Withholding:
         self._deferred = []
         verdicts = {apply.device: apply}
         with torch.no_grad():
-            for index, ((holder, key), before) in enumerate(zip(self._slots, self._tensors,
-                                                                strict=True)):
-                if holder is not None or (before.device.type == "cpu"
+            for index, ((holder, _), tensor) in enumerate(zip(self._slots, self._tensors,
+                                                              strict=True)):
+                if holder is not None or (tensor.device.type == "cpu"
                                           and apply.device.type != "cpu"):
                     self._deferred.append(index)
                     continue
-                now = key
-                verdict = verdicts.get(now.device)
+                verdict = verdicts.get(tensor.device)
                 if verdict is None:
-                    verdict = verdicts[now.device] = apply.to(now.device, non_blocking=True)
-                torch.where(verdict, now, self._buffers[index], out=now)
+                    verdict = verdicts[tensor.device] = apply.to(tensor.device,
+                                                                 non_blocking=True)
+                torch.where(verdict, tensor, self._buffers[index], out=tensor)
 
     def settle(self, applied: bool) -> None:
         """The host's part, once the verdict is read: after a withheld update, put back the
