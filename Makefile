@@ -30,12 +30,14 @@ $(STAMP): requirements.lock requirements-mindformers.lock pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/mindwatch demo
 
-# Two pytest-xdist workers (tests/conftest.py keeps the msrun tests on one of them, one
-# after another). A third fills the waits (for msrun's ranks, a launcher, a sleeping step):
-# 488-546 s against 621 s with two on this 2-core host, but the host is then so busy
-# that the contention and ETA tests' premises fail (3 runs of 4 had a failure): not yet.
-# PYTEST_WORKERS=0 runs every test in this process.
-PYTEST_WORKERS ?= 2
+# Three pytest-xdist workers: two take the tests that compute, the third only those that mostly
+# wait (tests/waits_scheduling.py: paced steps, hangs, and the msrun tests, one job after
+# another). Measured side by side on this 2-core host: 470 s against 551 s with two workers
+# that took any test, the third worker's core otherwise idle while a test sleeps. A third
+# worker that took any test ran three CPU-bound tests at once, and the paced tests'
+# premises failed (3 runs of 4 had a failure). PYTEST_WORKERS=0 runs every test in this
+# process.
+PYTEST_WORKERS ?= 3
 test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

@@ -148,9 +148,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("msrun") is not None:
             item.add_marker(pytest.mark.xdist_group("ranks"))
+        elif item.get_closest_marker("waits") is not None:
+            item.add_marker(pytest.mark.xdist_group("waits"))
     if config.getoption("loadgroup", False):      # set by pytest-xdist under --dist loadgroup
         for item in items:
             _join_xdist_group(item)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadgroup``, the last of three or more workers runs the tests that mostly
+    wait (waits_scheduling.py)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from waits_scheduling import WaitsScheduling
+    return WaitsScheduling(config, log)
 
 
 def _join_xdist_group(item):
@@ -177,7 +189,15 @@ def _join_xdist_group(item):
 # each one walked ~400k long-lived objects: 0.23 s a compile, about a fifth of the
 # in-process tests' time. Frozen once collected, those objects are out of every later
 # collection; what the tests allocate is still collected.
+#
+# MindSpore's CPU kernels run on a pool of 25 threads by default, which spin while they wait
+# for work: beside another busy test process on this 2-core host, the conformance matrix took
+# 107 s of CPU in make test with them, 93 s with one (as alone: 50 s). One thread a process;
+# the tests' numbers do not depend on it (each compares runs of one process, or the run log
+# with the framework's own figures).
 def pytest_collection_finish(session):
     import gc
     gc.collect()
     gc.freeze()
+    if "mindspore" in sys.modules:
+        sys.modules["mindspore"].device_context.cpu.op_tuning.threads_num(1)

@@ -48,6 +48,7 @@ def _watchdogs(others=frozenset()):
             if t.name.startswith("mindwatch-hang-watchdog") and t not in others]
 
 
+@pytest.mark.waits
 def test_a_stall_is_reported_while_it_lasts_once_then_the_run_completes(tmp_path):
     others = frozenset(_watchdogs())
     log_path = tmp_path / "rank_0.jsonl"
@@ -88,6 +89,7 @@ def test_a_stall_is_reported_while_it_lasts_once_then_the_run_completes(tmp_path
     assert [a.kind for a in monitor.anomalies] == ["hang", "hang"]
 
 
+@pytest.mark.waits
 def test_no_hang_after_close_nor_between_segments(tmp_path):
     others = frozenset(_watchdogs())
     log_path = tmp_path / "rank_0.jsonl"
@@ -213,6 +215,7 @@ def test_abort_writes_the_log_then_exits_with_its_status(tmp_path):
     assert "wait_for_a_peer_forever" in report
 
 
+@pytest.mark.waits
 def test_summary_names_the_ranks_that_hung_and_where(tmp_path):
     monitors = [Monitor(str(tmp_path), rank=rank, world_size=2, stream=io.StringIO(),
                         hang_timeout_s=0.3, hardware_interval_s=None) for rank in (0, 1)]

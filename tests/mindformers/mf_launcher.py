@@ -334,6 +334,8 @@ if __name__ == "__main__":
     # MindSpore's gc.collect() before every compilation walks what the imports left
     # (~300k objects, 0.17 s each time): frozen, as tests/conftest.py does for the workers
     gc.freeze()
+    # one CPU kernel thread, as tests/conftest.py sets for the test processes (its note)
+    ms.device_context.cpu.op_tuning.threads_num(1)
     if sys.argv[1] == "--serve":
         serve(int(sys.argv[2]))
     elif sys.argv[1] == "--batch":

@@ -170,4 +170,6 @@ def main(out, scenarios):
 
 if __name__ == "__main__":
     gc.freeze()            # the imports' objects, out of MindSpore's gc.collect() a compile
+    # one CPU kernel thread, as tests/conftest.py sets for the test processes (its note)
+    ms.device_context.cpu.op_tuning.threads_num(1)
     main(*sys.argv[1:])

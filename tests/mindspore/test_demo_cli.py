@@ -15,6 +15,9 @@ def _demo(out, *args):
                           text=True, timeout=300)
 
 
+# make test's last worker runs it (tests/waits_scheduling.py): its throughput_drop, if any,
+# must be the host's, as in test_host_contention_e2e.py
+@pytest.mark.waits
 def test_demo_trains_and_loss_falls(tmp_path):
     result = _demo(tmp_path / "run", "--steps", "120")
     assert result.returncode == 0, result.stderr

@@ -8,6 +8,7 @@ import statistics
 import time
 
 import mindspore as ms
+import pytest
 from mindspore import nn
 from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
 from test_trends import Batches, _dataset
@@ -20,6 +21,7 @@ from ms_helpers import make_regressor
 # 50 ms a step, above what a loaded 2-core host makes of the regressor's step and callbacks
 STEPS, EPOCH = 200, 20
 PACE_S = 0.05
+pytestmark = pytest.mark.waits
 
 
 class Steady:

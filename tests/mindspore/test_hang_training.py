@@ -20,7 +20,7 @@ from mindwatch.runlog import read_rank_log
 from ms_helpers import make_regressor, regression_arrays
 
 HERE = Path(__file__).resolve().parent
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.waits]
 
 
 def _hang_records(log_path):

@@ -40,6 +40,7 @@ class _SlowBatches:
         return self.x[rows], self.y[rows]
 
 
+@pytest.mark.waits
 def test_a_long_evaluation_between_epochs_is_no_hang(tmp_path, pynative_mode):
     # 8 validation batches of 0.3 s: the evaluation lasts 2.4 s, over twice the timeout, but
     # every batch ends well inside it. PYNATIVE: no graph compiles in the middle (a loaded
@@ -58,6 +59,7 @@ def test_a_long_evaluation_between_epochs_is_no_hang(tmp_path, pynative_mode):
     assert evaluations[1]["mae"] < evaluations[0]["mae"]          # it learns
 
 
+@pytest.mark.waits
 def test_an_evaluation_that_hangs_is_reported(tmp_path, pynative_mode):
     net = make_regressor()
     monitor = TrainMonitor(str(tmp_path), stream=io.StringIO(), hardware_interval_s=None,

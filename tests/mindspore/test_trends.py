@@ -85,6 +85,7 @@ def _kinds(log):
     return [(a["anomaly"], a["step"]) for a in log.anomalies]
 
 
+@pytest.mark.waits
 def test_a_slower_step_under_model_train_is_a_compute_throughput_drop(tmp_path, mode):
     log = _train(tmp_path, Batches(70), callbacks=[SlowSteps(SLOW_FROM, 0.2)])
     [(kind, step)] = _kinds(log)
@@ -109,6 +110,7 @@ def shallow_queue():
     ds.config.set_prefetch_size(default)
 
 
+@pytest.mark.waits
 def test_model_fit_evaluations_then_a_slow_input_pipeline(tmp_path, graph_mode, shallow_queue):
     """Six epochs of 25 steps, a 0.3 s evaluation after each: no alarm for the evaluations;
     from the 105th batch served on (the fifth epoch) each batch takes 60 ms: data_bound, and

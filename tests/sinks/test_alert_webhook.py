@@ -193,6 +193,7 @@ def test_a_failing_webhook_is_said_once_and_never_raises(tmp_path, clock, stream
     assert stream.getvalue().count("alert webhook") == 1           # and on the console
 
 
+@pytest.mark.waits
 def test_a_slow_webhook_neither_slows_training_nor_holds_the_end(tmp_path, clock, stream,
                                                                   webhook):
     hook = webhook(delay_s=10.0)
