@@ -51,6 +51,9 @@ test: $(STAMP)
 COMPAT_PAIRS ?= ms2.7.0-mf1.6.0 ms2.7.1-mf1.7.0 ms2.7.2-mf1.8.0 ms2.8.0 ms2.9.0-mf1.9.0
 COMPAT_TESTS ?= -m "(conformance or mindformers or msrun or summary_collector) and not default_pair"
 COMPAT := .venv-compat
+# Two workers, as these pairs' runs were measured and have passed in CI with (make test's
+# three, above, are for its own mix of tests)
+COMPAT_WORKERS ?= 2
 
 $(COMPAT)/%/.installed: compat/%.lock pyproject.toml
 	rm -rf $(COMPAT)/$*
@@ -63,7 +66,7 @@ $(COMPAT)/%/.installed: compat/%.lock pyproject.toml
 test-compat: $(COMPAT_PAIRS:%=$(COMPAT)/%/.installed)
 	@failed=""; for pair in $(COMPAT_PAIRS); do \
 	  start=$$(date +%s); echo "== $$pair"; \
-	  $(COMPAT)/$$pair/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup \
+	  $(COMPAT)/$$pair/bin/python -m pytest -n $(COMPAT_WORKERS) --dist loadgroup \
 	    -p no:cacheprovider $(COMPAT_TESTS) $(PYTEST_ARGS) || failed="$$failed $$pair"; \
 	  echo "== $$pair: $$(( $$(date +%s) - start )) s"; \
 	done; \
@@ -74,6 +77,7 @@ test-compat: $(COMPAT_PAIRS:%=$(COMPAT)/%/.installed)
 # tests/pytorch/ (marked torch). CI runs it beside make test-compat: the 8 minutes of
 # make test are MindSpore's.
 TORCH_VENV := .venv-torch
+TORCH_WORKERS ?= 2
 $(TORCH_VENV)/.installed: requirements-torch.lock pyproject.toml
 	rm -rf $(TORCH_VENV)
 	$(PYTHON) -m venv $(TORCH_VENV)
@@ -82,7 +86,7 @@ $(TORCH_VENV)/.installed: requirements-torch.lock pyproject.toml
 	touch $@
 
 test-torch: $(TORCH_VENV)/.installed
-	$(TORCH_VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) -p no:cacheprovider tests/pytorch \
+	$(TORCH_VENV)/bin/python -m pytest -n $(TORCH_WORKERS) -p no:cacheprovider tests/pytorch \
 	  $(PYTEST_ARGS)
 
 lint: $(STAMP)
