@@ -30,13 +30,13 @@ $(STAMP): requirements.lock requirements-mindformers.lock pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/mindwatch demo
 
-# Three pytest-xdist workers: two take the tests that compute, the third only those that mostly
-# wait (tests/waits_scheduling.py: paced steps, hangs, and the msrun tests, one job after
-# another). Measured side by side on this 2-core host: 470 s against 551 s with two workers
-# that took any test, the third worker's core otherwise idle while a test sleeps. A third
-# worker that took any test ran three CPU-bound tests at once, and the paced tests'
-# premises failed (3 runs of 4 had a failure). PYTEST_WORKERS=0 runs every test in this
-# process.
+# Three pytest-xdist workers: two take the tests that compute, the third only the tests that
+# mostly wait and the msrun jobs, one after another (tests/waits_scheduling.py). With two
+# workers that took any test, a worker's core sat idle while its test slept or its msrun
+# job's ranks started and met: one run after the other on this 2-core host (as fast both
+# times), 551 s with two, 470 s with three. A third worker that took any test ran three
+# CPU-bound tests at once, and the paced tests' premises failed (3 runs of 4 had a
+# failure). PYTEST_WORKERS=0 runs every test in this process.
 PYTEST_WORKERS ?= 3
 test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
