@@ -10,8 +10,8 @@ premises of the paced tests would fail (seen: 3 runs of 4 had a failure). Here t
 worker takes only the groups in PINNED, one after another: the tests marked ``waits`` (those
 that wait, and those whose premise is a steady load beside them, which an msrun job's ranks
 starting at once would break) and the msrun tests. The other workers take everything else,
-and the pinned groups too should the last worker be gone. With fewer than three workers
-this is loadgroup as pytest-xdist has it.
+then, once that is done, a pinned group the last worker has not started (or all of them,
+should it be gone). With fewer than three workers this is loadgroup as pytest-xdist has it.
 """
 from __future__ import annotations
 
