@@ -14,12 +14,12 @@ torch = pytest.importorskip("torch", reason="make test-torch runs these, in .ven
 from torch_helpers import records  # noqa: E402
 
 TRAINER = Path(__file__).with_name("ddp_trainer.py")
-HF_TRAINER = Path(__file__).with_name("hf_ddp_trainer.py")
-LIGHTNING_TRAINER = Path(__file__).with_name("lightning_ddp_trainer.py")
+TRAINERS = Path(__file__).with_name("trainer_ddp.py")
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torchrun")]
 
 
-def torchrun(log_dir: Path, *args: str, script: Path = TRAINER) -> None:
+def torchrun(*args: str | Path, script: Path = TRAINER) -> None:
+    """``script``'s two ranks under torchrun, its arguments ``args``."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -29,7 +29,7 @@ def torchrun(log_dir: Path, *args: str, script: Path = TRAINER) -> None:
     environment["OMP_NUM_THREADS"] = "1"
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-         f"--master_port={port}", str(script), str(log_dir), *args],
+         f"--master_port={port}", str(script), *map(str, args)],
         env=environment, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
@@ -103,11 +103,10 @@ def test_healthy_ranks_train_to_the_end_with_identical_replicas(tmp_path):
         assert run["world_size"] == 2
 
 
-@pytest.mark.parametrize("script", [HF_TRAINER, LIGHTNING_TRAINER],
-                         ids=["HF-Trainer", "Lightning"])
-def test_under_a_trainer_a_nan_on_one_rank_stops_both_at_the_same_step(tmp_path, script):
+@pytest.mark.parametrize("pipeline", ["HF Trainer", "Lightning"])
+def test_under_a_trainer_a_nan_on_one_rank_stops_both_at_the_same_step(tmp_path, pipeline):
     from torch_conformance import BAD_STEP
-    torchrun(tmp_path / "run", str(tmp_path / "out"), script=script)
+    torchrun(pipeline, tmp_path / "run", tmp_path / "out", script=TRAINERS)
     for rank in (0, 1):
         steps = records(tmp_path / "run", "step", rank)
         assert [s["step"] for s in steps] == list(range(1, BAD_STEP + 1)), rank
@@ -117,7 +116,7 @@ def test_under_a_trainer_a_nan_on_one_rank_stops_both_at_the_same_step(tmp_path,
         (end,) = records(tmp_path / "run", "end", rank)
         assert end["reason"] == "stopped"
     assert "loss_nonfinite" in {a["anomaly"] for a in records(tmp_path / "run", "anomaly", 1)}
-    if script == LIGHTNING_TRAINER:        # its DDP wrapper is the strategy's, reachable
+    if pipeline == "Lightning":        # its DDP wrapper is the strategy's, reachable
         for rank in (0, 1):
             anomalies = {a["anomaly"]: a for a in records(tmp_path / "run", "anomaly", rank)}
             assert anomalies["gradient_nonfinite"]["origin_rank"] == 1, rank

@@ -118,23 +118,29 @@ def run_plain(log_dir: str, scenario: Scenario) -> None:
     monitor.close()
 
 
-def run_hf(log_dir: str, scenario: Scenario, tmp_dir: str) -> None:
+def run_hf(log_dir: str, scenario: Scenario, tmp_dir: str, *, ranks: int = 1):
+    """Under torchrun with ``ranks`` processes (DDP over gloo), each rank a batch of its own
+    of the 8. Returns the callback and the trained model."""
     from transformers import Trainer, TrainingArguments
 
     from mindwatch.torch import HFCallback
     model = PoisonNet(scenario.poison)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(scenario))
-    args = TrainingArguments(output_dir=tmp_dir, per_device_train_batch_size=8,
+    args = TrainingArguments(output_dir=tmp_dir, per_device_train_batch_size=8 // ranks,
                              max_steps=STEPS, max_grad_norm=1.0, report_to=[],
                              save_strategy="no", logging_strategy="no", use_cpu=True,
-                             disable_tqdm=True, dataloader_num_workers=0, seed=0)
+                             disable_tqdm=True, dataloader_num_workers=0, seed=0,
+                             **({"ddp_backend": "gloo"} if ranks > 1 else {}))
     callback = HFCallback(log_dir, stream=io.StringIO(), **SETTINGS, **scenario.settings)
     Trainer(model=model, args=args, train_dataset=Pairs(), optimizers=(optimizer, scheduler),
             callbacks=[callback]).train()
+    return callback, model
 
 
-def run_lightning(log_dir: str, scenario: Scenario, tmp_dir: str) -> None:
+def run_lightning(log_dir: str, scenario: Scenario, tmp_dir: str, *, ranks: int = 1):
+    """As run_hf: under torchrun with ``ranks`` processes, Lightning's "ddp" strategy.
+    Returns the callback and the trained model."""
     import lightning.pytorch as pl
 
     from mindwatch.torch import LightningCallback
@@ -153,13 +159,15 @@ def run_lightning(log_dir: str, scenario: Scenario, tmp_dir: str) -> None:
             return {"optimizer": optimizer,
                     "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=False,
+    callback = LightningCallback(log_dir, stream=io.StringIO(), **SETTINGS, **scenario.settings)
+    trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", devices=ranks,
+                         strategy="ddp" if ranks > 1 else "auto", logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, gradient_clip_val=1.0,
-                         default_root_dir=tmp_dir,
-                         callbacks=[LightningCallback(log_dir, stream=io.StringIO(),
-                                                      **SETTINGS, **scenario.settings)])
-    trainer.fit(Module(), torch.utils.data.DataLoader(Pairs(), batch_size=8))
+                         default_root_dir=tmp_dir, callbacks=[callback])
+    module = Module()
+    trainer.fit(module, torch.utils.data.DataLoader(Pairs(), batch_size=8 // ranks))
+    return callback, module.net
 
 
 PIPELINES = {"plain loop": run_plain, "HF Trainer": run_hf, "Lightning": run_lightning}
