@@ -1,11 +1,13 @@
 """throughput_drop's cause "host": other processes took the host's CPU and this process's
 threads waited for one. Through the Monitor on a fake clock, hardware samples every 2 s; the
 run's own slowdowns (a sleep, its own threads crowding) stay "compute"."""
+import dataclasses
 import io
 
 import pytest
 
 from mindwatch import Monitor
+from mindwatch.detectors import host_load
 from mindwatch.observation import DeviceSample, HardwareSample
 
 WINDOW, WARMUP = 10, 5
@@ -13,9 +15,9 @@ HOG = [{"pid": 4242, "name": "stress-ng", "cpu_percent": 48.5}]
 
 
 def _run(tmp_path, clock, *, slow_others, slow_wait, slow_step=0.3, top=HOG, npu=None,
-         top_before=None, seeded=False):
-    """100 steps of 0.1 s (the host 60% busy, 50% this process's, its threads waiting 5 ms a
-    second), then 40 steps of ``slow_step`` with the other processes at ``slow_others`` % of
+         top_before=None, seeded=False, others_before=10.0):
+    """100 steps of 0.1 s (the other processes at ``others_before`` % of the host, this
+    process at 50% or what they leave of it, its threads waiting 5 ms a second), then 40 steps of ``slow_step`` with the other processes at ``slow_others`` % of
     the host and this process's threads waiting ``slow_wait`` s a second; ``npu``: the other
     processes on this rank's NPU 0, ``(before, while slow)``; ``top_before``: the cpu_top of
     the samples before; ``seeded``: the first sample wholly within the slow steps seeds a
@@ -30,12 +32,12 @@ def _run(tmp_path, clock, *, slow_others, slow_wait, slow_step=0.3, top=HOG, npu
         found += monitor.observe(step=step, loss=1.0, data_time_s=0.01)
         if clock.time() - last_sample >= 2.0:
             interval = clock.time() - last_sample
-            others = slow_others if slow else 10.0
+            others = slow_others if slow else others_before
             slow_samples += slow
             named = (top if not seeded or slow_samples >= 3 else None) if slow else top_before
             found += monitor.observe_hardware(HardwareSample(
                 time=clock.time(), cpu_percent=min(others + 50.0, 100.0),
-                process_cpu_percent=50.0 if not slow else 100.0 - others,
+                process_cpu_percent=min(50.0, 100.0 - others) if not slow else 100.0 - others,
                 cpu_wait_s=interval * (slow_wait if slow else 0.005),
                 cpu_top=named, mem_used_gb=4.0, mem_available_gb=8.0,
                 rss_gb=1.0, devices=[] if npu is None else [DeviceSample(
@@ -63,6 +65,28 @@ def test_the_processes_named_are_those_that_took_the_cpu_since_the_slowdown(tmp_
                   top_before=[{"pid": 7, "name": "python", "cpu_percent": 11.0}])
     assert drop.fields == {"cause": "host", "ranks": [0]}
     assert "the most: pid 4242 stress-ng 48.5%)" in drop.message and "pid 7 " not in drop.message
+
+
+def test_others_that_had_filled_the_host_already_are_the_cause(tmp_path, clock):
+    """A host the other processes had saturated before the baseline was learned: their share
+    has nowhere to rise (here it wavers down by a point), but this process's threads now wait
+    for a CPU."""
+    [drop] = _run(tmp_path, clock, others_before=88.0, slow_others=87.0, slow_wait=1.5)
+    assert drop.fields == {"cause": "host", "ranks": [0]}
+    assert ("other processes took the host's CPU: they held 87% of it (88% before) (the host "
+            "100% busy; the most: pid 4242 stress-ng 48.5%), and this process's threads, "
+            "between them, waited 450.0 ms per step for a CPU") in drop.message
+
+
+@pytest.mark.parametrize("busy, others", [(100.0, 45.0), (90.0, 60.0)])
+def test_others_at_the_same_share_of_a_host_not_both_full_and_theirs_are_no_cause(busy, others):
+    """The same share as at the baseline, and either the run holds most of the saturated host
+    (its own threads crowding it) or the host has CPU to spare."""
+    then = host_load.Load(others_percent=others, busy_percent=busy, waiting=0.005, top=())
+    now = host_load.Load(others_percent=others, busy_percent=busy, waiting=1.5, top=())
+    assert not host_load.explains(then, now, 0.1, 0.3)
+    assert host_load.explains(then, dataclasses.replace(now, busy_percent=100.0,
+                                                        others_percent=60.0), 0.1, 0.3)
 
 
 def test_a_slowdown_of_the_runs_own_beside_a_busier_host_is_compute(tmp_path, clock):

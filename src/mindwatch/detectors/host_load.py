@@ -10,9 +10,12 @@ other processes on this rank's devices (``devices[].others``, where the tools li
 
 Contention explains a slowdown (``explains``) when
 - this process's threads waited longer for a CPU, per step, by at least ``SHARE`` of what
-  the step grew, while the other processes took more of the host: work of the run's own (a
-  slower kernel, a sleep, I/O, a collective's wait) is no wait for a CPU, and the run's own
-  threads crowding each other (more input workers) leave the others' share as it was;
+  the step grew, while the other processes took more of the host, or held most of a host
+  with no CPU to spare (``SATURATED``: a host they had filled already at the baseline has no
+  share left for them to gain, and their share wavers by a few percent from sample to
+  sample). Work of the run's own (a slower kernel, a sleep, I/O, a collective's wait) is no
+  wait for a CPU, and the run's own threads crowding each other (more input workers) leave
+  the others' share as it was, or take it from them;
 - or a process that was not on one of this rank's devices at the baseline is there now,
   computing (NVML's share of the SMs, at least ``DEVICE_SHARE``) or of unknown share
   (npu-smi lists the processes on a chip and their memory, not their share of it).
@@ -33,6 +36,8 @@ from .base import is_finite
 
 SHARE = 0.5           # of the step's growth that more waiting for a CPU must account for
 MIN_RISE = 1.0        # percent of the host: the other processes' share must rise by this
+SATURATED = 95.0      # percent of the host busy: no CPU to spare
+HELD = 50.0           # percent of the host: a saturated host's others hold at least this
 DEVICE_SHARE = 10.0   # percent of a device's SMs: a newcomer computing on it
 KEPT = 3600           # samples (2 h at the default 2 s): the spans asked about are recent
 WAIT_S = 10.0         # the least time a drop waits for a sample that covers its slow steps
@@ -178,9 +183,14 @@ def explains(then: Load | None, now: Load | None, step_then: float, step_now: fl
     if then is None or now is None or step_now <= step_then:
         return False
     waited = now.wait_per_step(step_now) - then.wait_per_step(step_then)
-    return (waited >= SHARE * (step_now - step_then)
-            and now.others_percent - then.others_percent >= MIN_RISE) or \
+    return (waited >= SHARE * (step_now - step_then) and _others_took(then, now)) or \
         bool(newcomers(then, now))
+
+
+def _others_took(then: Load, now: Load) -> bool:
+    """Whether the other processes took more of the host, or held most of a saturated one."""
+    return now.others_percent - then.others_percent >= MIN_RISE or \
+        (now.busy_percent >= SATURATED and now.others_percent >= HELD)
 
 
 def describe(then: Load, now: Load, step_then: float, step_now: float) -> str:
@@ -189,13 +199,17 @@ def describe(then: Load, now: Load, step_then: float, step_now: float) -> str:
     for label, new in newcomers(then, now).items():
         named = ", ".join(_device_process(p) for p in new)
         said.append(f"other processes came onto {label}: {named}")
-    if now.others_percent - then.others_percent >= MIN_RISE:
+    if _others_took(then, now):
         named = ", ".join(f"pid {p.get(TopProcess.PID)} {p.get(TopProcess.NAME)} "
                           f"{p.get(TopProcess.CPU_PERCENT)}%" for p in now.top
                           if isinstance(p, Mapping))
+        share = (f"their share rose from {then.others_percent:.0f}% to "
+                 f"{now.others_percent:.0f}% of it"
+                 if now.others_percent - then.others_percent >= MIN_RISE else
+                 f"they held {now.others_percent:.0f}% of it ({then.others_percent:.0f}% "
+                 f"before)")
         said.append(
-            f"other processes took the host's CPU: their share rose from "
-            f"{then.others_percent:.0f}% to {now.others_percent:.0f}% of it (the host "
+            f"other processes took the host's CPU: {share} (the host "
             f"{now.busy_percent:.0f}% busy{'; the most: ' + named if named else ''}), and "
             f"this process's threads, between them, waited "
             f"{fmt.duration(now.wait_per_step(step_now))} per step for a CPU "

@@ -13,7 +13,8 @@ Two rules over the pace windows (``pace.Pace``: medians over the last ``window``
   ``throughput_baseline``), the median samples/s is below it.
 
 The message says where the time went: to the host's other processes (``host``: they took
-more of its CPU and this process's threads waited for one, ``host_load.explains``), or,
+more of its CPU, or held most of a saturated one, and this process's threads waited for
+one, ``host_load.explains``), or,
 within the run's own time, outside the train step (``data``: the input pipeline, other
 callbacks) or in the step itself (``compute``), each against its value at the baseline.
 Under data parallelism every rank's step takes as long as the slowest rank's (the others
