@@ -17,12 +17,13 @@ HOG = [{"pid": 4242, "name": "stress-ng", "cpu_percent": 48.5}]
 def _run(tmp_path, clock, *, slow_others, slow_wait, slow_step=0.3, top=HOG, npu=None,
          top_before=None, seeded=False, others_before=10.0):
     """100 steps of 0.1 s (the other processes at ``others_before`` % of the host, this
-    process at 50% or what they leave of it, its threads waiting 5 ms a second), then 40 steps of ``slow_step`` with the other processes at ``slow_others`` % of
-    the host and this process's threads waiting ``slow_wait`` s a second; ``npu``: the other
-    processes on this rank's NPU 0, ``(before, while slow)``; ``top_before``: the cpu_top of
-    the samples before; ``seeded``: the first sample wholly within the slow steps seeds a
-    scan (no cpu_top), the next names ``top``, as the sampler does (the one that straddles
-    the slowdown's start saw too little of it)."""
+    process at 50% or what they leave of it, its threads waiting 5 ms a second), then 40
+    steps of ``slow_step`` with the other processes at ``slow_others`` % of the host and this
+    process's threads waiting ``slow_wait`` s a second; ``npu``: the other processes on this
+    rank's NPU 0, ``(before, while slow)``; ``top_before``: the cpu_top of the samples
+    before; ``seeded``: the first sample wholly within the slow steps seeds a scan (no
+    cpu_top), the next names ``top``, as the sampler does (the one that straddles the
+    slowdown's start saw too little of it)."""
     monitor = Monitor(str(tmp_path), clock=clock, stream=io.StringIO(), hardware_interval_s=None,
                       pace_window=WINDOW, trend_warmup=WARMUP)
     found, last_sample, slow_samples = [], clock.time(), 0
