@@ -80,7 +80,7 @@ def test_others_that_had_filled_the_host_already_are_the_cause(tmp_path, clock):
 
 
 @pytest.mark.parametrize("busy, others", [(100.0, 45.0), (90.0, 60.0)])
-def test_others_at_the_same_share_of_a_host_not_both_full_and_theirs_are_no_cause(busy, others):
+def test_the_same_share_is_no_cause_unless_the_others_hold_most_of_a_full_host(busy, others):
     """The same share as at the baseline, and either the run holds most of the saturated host
     (its own threads crowding it) or the host has CPU to spare."""
     then = host_load.Load(others_percent=others, busy_percent=busy, waiting=0.005, top=())

@@ -87,8 +87,8 @@ def _kinds(log):
 
 @pytest.mark.waits
 def test_a_slower_step_under_model_train_is_a_compute_throughput_drop(tmp_path, mode):
-    """A pace of 100 ms a step, then 400 ms more: on a loaded host the PyNative step's own
-    50-150 ms (seen in make test) stay under twice the pace, and the slow steps above it."""
+    """Steps paced at 100 ms, then 400 ms more: with PyNative's own 50-150 ms on a loaded host
+    (seen in make test) the steady steps stay under twice their median, the slow ones above."""
     log = _train(tmp_path, Batches(60), callbacks=[SlowSteps(SLOW_FROM, 0.4, base=0.1)])
     [(kind, step)] = _kinds(log)
     assert kind == "throughput_drop"
