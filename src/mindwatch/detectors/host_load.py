@@ -190,8 +190,11 @@ def explains(then: Load | None, now: Load | None, step_then: float, step_now: fl
 
 def _others_took(then: Load, now: Load) -> bool:
     """Whether the other processes took more of the host, or held most of a saturated one."""
-    return now.others_percent - then.others_percent >= MIN_RISE or \
-        (now.busy_percent >= SATURATED and now.others_percent >= HELD)
+    return _rose(then, now) or (now.busy_percent >= SATURATED and now.others_percent >= HELD)
+
+
+def _rose(then: Load, now: Load) -> bool:
+    return now.others_percent - then.others_percent >= MIN_RISE
 
 
 def describe(then: Load, now: Load, step_then: float, step_now: float) -> str:
@@ -205,8 +208,7 @@ def describe(then: Load, now: Load, step_then: float, step_now: float) -> str:
                           f"{p.get(TopProcess.CPU_PERCENT)}%" for p in now.top
                           if isinstance(p, Mapping))
         share = (f"their share rose from {then.others_percent:.0f}% to "
-                 f"{now.others_percent:.0f}% of it"
-                 if now.others_percent - then.others_percent >= MIN_RISE else
+                 f"{now.others_percent:.0f}% of it" if _rose(then, now) else
                  f"they held {now.others_percent:.0f}% of it ({then.others_percent:.0f}% "
                  f"before)")
         said.append(
