@@ -140,10 +140,11 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 
 
-# Under pytest-xdist (make test runs two workers): the tests that start several processes
-# of their own (msrun's ranks) run one after another on one worker, so two jobs of ranks
-# never share this machine's cores and their timing stays what the tests expect; every
-# other test goes to whichever worker is free.
+# Under pytest-xdist: the tests that start several processes of their own (msrun's ranks)
+# run one after another on one worker, so two jobs of ranks never share this machine's cores
+# and their timing stays what the tests expect; so do the tests marked waits. With three or
+# more workers both groups go to the last one (waits_scheduling.py); every other test goes
+# to whichever worker is free.
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("msrun") is not None:
