@@ -1,6 +1,6 @@
 """Step time of MindWatchTrainOneStepCell against MindFormers' own train cell, side by side.
 
-The 2-layer legacy Llama of the MindFormers tests (tests/mindformers/mf_config.py) trains
+The legacy Llama of the MindFormers tests (tests/mindformers/mf_config.py), at 2 layers, trains
 through the Trainer and YAML on the CPU, `MindWatchMonitor` in both runs' `callbacks:`, once
 with MindFormers' cell (`CPUTrainOneStepCell`: `MFTrainOneStepCell` with the CPU overflow
 check the tests give it) and once with mindwatch's, in turns (A B A B ...), each run in a
@@ -37,7 +37,7 @@ def one_run(cell: dict, epochs: int, warmup: int) -> float:
     """Median step time (s) of one Trainer run with ``cell`` as runner_wrapper."""
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        config = mf_config(tmp, cell=cell, seed=1, monitor={"print_interval": 1000})
+        config = mf_config(tmp, cell=cell, seed=1, layers=2, monitor={"print_interval": 1000})
         settings = yaml.safe_load(config.read_text())
         settings["runner_config"]["epochs"] = epochs
         config.write_text(yaml.safe_dump(settings))

@@ -1,4 +1,4 @@
-"""The conformance matrix's Trainer column (mf_conformance.py) run for real: the 2-layer legacy
+"""The conformance matrix's Trainer column (mf_conformance.py) run for real: the 1-layer legacy
 Llama through MindFormers' Trainer and YAML, each fault injected at one step, with
 MindFormers' cell and with MindWatchTrainOneStepCell; the run log, `mindwatch summary`, the
 stop's checkpoint and the reports checked against the table."""

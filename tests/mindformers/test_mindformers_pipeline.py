@@ -1,5 +1,5 @@
 """mindwatch in MindSpore Transformers' own pipeline: a YAML config with a `callbacks:` entry,
-run the way run_mindformer.py runs it (mf_launcher.py), a 2-layer legacy Llama on the CPU."""
+run the way run_mindformer.py runs it (mf_launcher.py), a 1-layer legacy Llama on the CPU."""
 import json
 import statistics
 from pathlib import Path
@@ -118,8 +118,10 @@ def test_tensorboard_scalars_go_beside_mindformers_own(full_run):
 
 
 def test_a_step_mindformers_skips_by_global_norm_is_skipped(tmp_path, launcher):
-    threshold = 1.43         # about half of this model's steps (1.36-1.49) reach it
-    config = mf_config(tmp_path, use_skip_data_by_global_norm=True,
+    # seed 1: one model every run (with seed 0 each run draws its own); about half of its
+    # steps (1.37-1.41) reach the threshold
+    threshold = 1.385
+    config = mf_config(tmp_path, seed=1, use_skip_data_by_global_norm=True,
                      monitor_config={"global_norm_spike_threshold": threshold})
     applied = launcher.run(tmp_path, config)
     steps = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")).steps
