@@ -118,10 +118,10 @@ def test_tensorboard_scalars_go_beside_mindformers_own(full_run):
 
 
 def test_a_step_mindformers_skips_by_global_norm_is_skipped(tmp_path, launcher):
-    # seed 1: one model every run (with seed 0 each run draws its own); about half of its
-    # steps (1.37-1.41) reach the threshold
-    threshold = 1.385
-    config = mf_config(tmp_path, seed=1, use_skip_data_by_global_norm=True,
+    # two layers: about half of that model's steps (1.36-1.49) reach the threshold, in every
+    # MindFormers release make test-compat runs (one layer's norms, 1.34-1.41, leave less room)
+    threshold = 1.43
+    config = mf_config(tmp_path, layers=2, use_skip_data_by_global_norm=True,
                      monitor_config={"global_norm_spike_threshold": threshold})
     applied = launcher.run(tmp_path, config)
     steps = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl")).steps

@@ -85,10 +85,11 @@ def test_explosions_and_a_nan_are_withheld_and_the_loss_scale_sees_only_the_over
     overflow, MindFormers' own check). A dynamic loss scale of 1024: halved by the overflow
     alone. Every withheld step leaves the training state bit-identical."""
     # seed 1: one model every run (with seed 0 each run draws its own, and how many steps
-    # explode, so whether max_skips escalates to a stop, would vary)
-    config = mf_config(tmp_path, cell=MINDWATCH_CELL, seed=1,
+    # explode, so whether max_skips escalates to a stop, would vary); two layers, whose norms
+    # grad_explode splits in every MindFormers release make test-compat runs
+    config = mf_config(tmp_path, cell=MINDWATCH_CELL, seed=1, layers=2,
                        callbacks=[{"type": "NanAtStep", "step": 12}, {"type": "StateDigest"}],
-                       monitor={"grad_explode": 1.40, "on_anomaly": {
+                       monitor={"grad_explode": 1.46, "on_anomaly": {
                            "gradient_explode": "skip", "loss_nonfinite": "skip",
                            "gradient_nonfinite": "skip"}})
     settings = yaml.safe_load(config.read_text())
@@ -100,7 +101,7 @@ def test_explosions_and_a_nan_are_withheld_and_the_loss_scale_sees_only_the_over
     log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
     digests = state_digests((tmp_path / "launcher.out").read_text())
     withheld = [s["step"] for s in log.steps if s["skipped"]]
-    exploded = [s["step"] for s in log.steps if s["grad_norm"] > 1.40]
+    exploded = [s["step"] for s in log.steps if s["grad_norm"] > 1.46]
     assert 12 in withheld and exploded and set(withheld) == {12, *exploded}
     assert applied == STEPS - len(withheld)
     for step in withheld:
