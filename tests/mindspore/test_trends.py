@@ -179,6 +179,10 @@ def test_the_jit_step_loop_measures_its_data_time_and_finds_the_input_bound(tmp_
 # hold 2-10 GB of this 24 GiB host, and a fixed 180 MB/s left 14 GB available to run out in
 # 78 s, whose half (39 s) the defaults' ~31 s to find it met only on a quiet host.
 LEAK_TIME_S = 120.0
+# A chunk is at most CATCH_UP_S of the rate. Caught up without a bound, each chunk was the rate
+# times the time since the last: the count said 184 MB/s whatever pace the pages came at (105
+# in one make test), and the chunks grew.
+CATCH_UP_S = 0.2
 
 
 class Leak(Callback):
@@ -190,8 +194,9 @@ class Leak(Callback):
     The thread and memset, which releases the GIL, make it a leak in C++ code: on this VM
     fresh pages come at ~150 MB/s under load, and leaking in the callback, the GIL held, made
     each step as long as its leak (0.7 s: the 50 warm-up steps took 10 s) and starved
-    mindwatch's sampler thread for 10 s and more. On a busy host the thread falls behind
-    ``rate`` (90 of 117 MB/s beside two spinning processes): ``achieved`` is what it kept."""
+    mindwatch's sampler thread for 10 s and more. On a busy host fresh pages come slower than
+    ``rate`` (105 of 184 MB/s in one make test): the thread then leaks at their pace, never
+    catching up more than CATCH_UP_S, and ``achieved`` is that pace."""
 
     def __init__(self):
         self.kept, self.leaked, self.began, self.spent = [], 0, None, False
@@ -224,7 +229,7 @@ class Leak(Callback):
         self.span = [last, last]
         while not self._stop.wait(0.02):
             now = time.perf_counter()
-            size, last, self.span[1] = int(self.rate * (now - last)), now, now
+            size, last = int(self.rate * min(now - last, CATCH_UP_S)), now
             if self.leaked + size > self.budget:
                 self.spent = True
                 return
@@ -233,6 +238,7 @@ class Leak(Callback):
             ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(block)), 1, size)
             self.kept.append(block)
             self.leaked += size
+            self.span[1] = time.perf_counter()
 
     def free(self):
         self._stop.set()
@@ -264,7 +270,8 @@ def test_a_fast_host_memory_leak_is_found_while_half_its_time_remains(tmp_path, 
     assert log.end["reason"] == "stopped" and log.steps[-1]["step"] == found["step"]
     samples = log.of_kind("hardware")
     rate = leak.achieved
-    assert rate > leak.rate / 2, f"the leak kept {rate / 1e6:.0f} of {leak.rate / 1e6:.0f} MB/s"
+    # a fast leak still: the host emptied within eight minutes
+    assert rate > leak.rate / 4, f"the leak kept {rate / 1e6:.0f} of {leak.rate / 1e6:.0f} MB/s"
     time_to_exhaustion = samples[0]["mem_available_gb"] * 1e9 / rate
     started = log.steps[0]["time"]                    # the first step's end: the leak's start
     assert found["time"] - started <= time_to_exhaustion / 2
