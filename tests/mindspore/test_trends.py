@@ -276,8 +276,7 @@ def test_a_fast_host_memory_leak_is_found_while_half_its_time_remains(tmp_path, 
     started = log.steps[0]["time"]                    # the first step's end: the leak's start
     assert found["time"] - started <= time_to_exhaustion / 2
     # the projection: the memory available then, at the rate it fell over the window judged
-    # (a least-squares fit; not the leak's rate: the worker's memory from earlier tests, freed
-    # meanwhile, made its RSS rise at 138 of the leak's 185 MB/s in one make test)
+    # (a least-squares fit): what the detector had to see, whatever else the host did meanwhile
     window = found["threshold"] / LEAD
     judged = [s for s in samples if found["time"] - window <= s["time"] <= found["time"]]
     fall = -statistics.linear_regression([s["time"] for s in judged],
