@@ -15,8 +15,8 @@ Contention explains a slowdown (``explains``) when
   share left for them to gain, and their share wavers by a few percent from sample to
   sample). Work of the run's own (a slower kernel, a sleep, I/O, a collective's wait) is no
   wait for a CPU, and the run's own threads crowding each other (more input workers) leave
-  the others' share as it was, or take from it; on a saturated host the others hold most
-  of, those threads would wait for the others too, and the others are named;
+  the others' share as it was, or take from it (on a saturated host that the others hold
+  most of, those threads wait for the others too, and the others are named);
 - or a process that was not on one of this rank's devices at the baseline is there now,
   computing (NVML's share of the SMs, at least ``DEVICE_SHARE``) or of unknown share
   (npu-smi lists the processes on a chip and their memory, not their share of it).
