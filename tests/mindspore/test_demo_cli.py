@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from host_story import host_story
 from mindwatch.runlog import read_rank_log
 
 MINDWATCH = [sys.executable, "-m", "mindwatch.cli"]
@@ -40,7 +41,7 @@ def test_demo_trains_and_loss_falls(tmp_path):
     # and throughput_drop says why: the host's other processes. Nothing else may be found.
     slowed = [a for a in log.anomalies if a["anomaly"] == "throughput_drop"]
     assert all(a["cause"] == "host" for a in slowed) and len(slowed) == len(log.anomalies), \
-        [a["message"] for a in log.anomalies]
+        host_story(log)
     if not log.anomalies:
         assert summary.returncode == 0 and "HEALTHY" in summary.stdout
     else:

@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 import spinners
+from host_story import host_story
 from mindwatch.runlog import read_rank_log
 
 MINDWATCH = [sys.executable, "-m", "mindwatch.cli"]
@@ -49,7 +50,7 @@ def test_the_demo_slowed_by_other_processes_says_the_host(tmp_path):
     assert log.end["reason"] == "completed"
     drops = [a for a in log.anomalies if a["anomaly"] == "throughput_drop"]
     assert drops and {a["anomaly"] for a in log.anomalies} == {"throughput_drop"}, log.anomalies
-    assert all(a["cause"] == "host" for a in drops), [a["message"] for a in drops]
+    assert all(a["cause"] == "host" for a in drops), host_story(log)
     # the sampler named the spinners; a drop that began once they spun names the processes
     # the sampler saw take the most since then: the spinners, unless the host's other load
     # (the other test workers' processes) took more (on a loaded host a drop that began
