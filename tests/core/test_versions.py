@@ -8,7 +8,6 @@ import tomllib
 
 from mindwatch import FrameworkHooks, Monitor
 from mindwatch.basics.versions import ReleaseTable, release_series
-from mindwatch.mindformers.compat import pair_untested
 from mindwatch.runlog import read_rank_log
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +94,18 @@ def test_the_package_bounds_are_exactly_the_tested_releases():
     assert "| 2.10.0 | 2.0.0 |" in table
 
 
+def pair_untested(mindformers, mindspore):
+    # imported here, not at collection: importing mindwatch.mindformers imports MindFormers
+    # (3.5 s of CPU), in every test worker that collects this module
+    from mindwatch.mindformers.compat import pair_untested as untested
+    return untested(mindformers, mindspore)
+
+
+# one worker imports MindFormers for these
+MINDFORMERS_PAIRS = pytest.mark.xdist_group("mindformers_pairs")
+
+
+@MINDFORMERS_PAIRS
 @pytest.mark.parametrize(("mindformers", "mindspore"), [
     ("1.6.0", "2.7.0"), ("1.7.0", "2.7.1"), ("1.8.0", "2.7.2"), ("1.9.0", "2.9.0"),
     ("2.0.0", "2.10.0")])
@@ -102,6 +113,7 @@ def test_the_tested_mindformers_pairs(mindformers, mindspore):
     assert pair_untested(mindformers, mindspore) is None
 
 
+@MINDFORMERS_PAIRS
 def test_a_tested_mindformers_beside_another_mindspore_is_named():
     assert pair_untested("1.8.0", "2.9.0") == (
         "MindSpore Transformers 1.8.0 is tested beside MindSpore 2.7, not 2.9.0; tested "
@@ -110,6 +122,7 @@ def test_a_tested_mindformers_beside_another_mindspore_is_named():
         "(docs/versions.md)")
 
 
+@MINDFORMERS_PAIRS
 def test_an_untested_mindformers_is_named():
     assert pair_untested("2.1.0", "2.11.0").startswith(
         "MindSpore Transformers 2.1.0 is not a version mindwatch is tested with; tested: "
