@@ -39,7 +39,8 @@ SHARE = 0.5           # of the step's growth that more waiting for a CPU must ac
 MIN_RISE = 1.0        # percent of the host: the other processes' share must rise by this
 # percent of the host busy: no CPU to spare. A 2-core host that other processes filled read
 # 88-98% busy per 2 s sample while this process's threads waited for a CPU (its load comes
-# in bursts); at 95% a CI run blamed the demo's compute for such a slowdown.
+# in bursts). At 95% a CI run blamed the demo's compute for a slowdown beside the suite's
+# workers; its samples were not kept, and such a sample below 95% is the likeliest cause.
 SATURATED = 90.0
 HELD = 50.0           # percent of the host: a saturated host's others hold at least this
 DEVICE_SHARE = 10.0   # percent of a device's SMs: a newcomer computing on it
