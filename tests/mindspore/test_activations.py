@@ -103,8 +103,8 @@ def numpy_logits(weights, x):
 
 
 class Recorder(Callback):
-    """The weights and the batch of each step (test-only copies), and the probes' Parameters
-    zeroed after every step, so an ordinary step that wrote them would show."""
+    """The weights and the batch of each step (test-only copies), and which probes had
+    written their Parameters (``written``; see Zero)."""
 
     def __init__(self, net, probes):
         self.net, self.probes, self.steps, self.written = net, probes, {}, {}
@@ -144,7 +144,20 @@ def _probes(train_step):
     return lambda: train_step.probes.cells
 
 
-def test_model_train_measures_the_watched_outputs_and_the_largest_logit(tmp_path, mode):
+class Zero(Callback):
+    """After the monitor: the probes' Parameters zeroed after every step, so that an ordinary
+    step that wrote them would show in the Recorder's ``written``."""
+
+    def __init__(self, train_step):
+        self.train_step = train_step
+
+    def on_train_step_end(self, run_context):
+        for cell in self.train_step.probes.cells.values():
+            ops.assign(cell.mindwatch_stats, ms.Tensor(np.zeros(4, np.float32)))
+
+
+def test_model_train_measures_the_watched_outputs_and_the_largest_logit_on_state_steps(
+        tmp_path, mode):
     net = make_net()
     names = [p.name for p in net.get_parameters()]
     optimizer = nn.Adam(net.trainable_params(), 1e-2)
@@ -152,10 +165,13 @@ def test_model_train_measures_the_watched_outputs_and_the_largest_logit(tmp_path
     step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), optimizer, activations=WATCHED,
                         attention_logits=["enc.self_attn"])
     recorder = Recorder(net, _probes(step))
-    Model(step).train(1, dataset(STEPS * BATCH), callbacks=[recorder, monitor],
+    Model(step).train(1, dataset(STEPS * BATCH), callbacks=[recorder, monitor, Zero(step)],
                       dataset_sink_mode=False)
     states = read_rank_log(str(tmp_path / "rank_0.jsonl")).of_kind("state")
     check(states, recorder.steps)
+    # the ordinary steps measure nothing
+    probed = ["enc.dense1", "enc.dense2", "enc.self_attn", "inp"]
+    assert recorder.written == {1: [], 2: probed, 3: [], 4: probed, 5: [], 6: probed}
     # the probes' writes in the forward leave the weights' and the update's norms exact
     for state in states:
         assert (state["weight_norm"], state["update_norm"]) == pytest.approx(
@@ -164,24 +180,6 @@ def test_model_train_measures_the_watched_outputs_and_the_largest_logit(tmp_path
     assert isinstance(net.enc.self_attn, nn.MultiheadAttention)
     assert [p.name for p in net.get_parameters()] == names
     assert not any("activation" in name for name in step.parameters_dict())
-
-
-def test_ordinary_steps_measure_nothing(tmp_path, mode):
-    net = make_net()
-    optimizer = nn.Adam(net.trainable_params(), 1e-2)
-    monitor = TrainMonitor(str(tmp_path), state_interval=3, hardware_interval_s=None)
-    step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), optimizer, activations=WATCHED,
-                        attention_logits=["enc.self_attn"])
-
-    class Zero(Callback):
-        def on_train_step_end(self, run_context):
-            for cell in step.probes.cells.values():
-                ops.assign(cell.mindwatch_stats, ms.Tensor(np.zeros(4, np.float32)))
-    recorder = Recorder(net, _probes(step))
-    Model(step).train(1, dataset(STEPS * BATCH), callbacks=[recorder, monitor, Zero()],
-                      dataset_sink_mode=False)
-    probed = ["enc.dense1", "enc.dense2", "enc.self_attn", "inp"]
-    assert recorder.written == {1: [], 2: [], 3: probed, 4: [], 5: [], 6: probed}
 
 
 def test_model_fit_with_a_validation_set(tmp_path):
