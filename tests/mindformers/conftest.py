@@ -18,11 +18,13 @@ def _installed(name):
 collect_ignore_glob = [] if _installed("mindformers") else ["test_*.py"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def launcher(tmp_path_factory):
-    """One launcher process for the module's Trainer runs (mf_config.Launcher). The modules
-    that use it keep their tests on one xdist worker (an xdist_group of their own), so that
-    one process serves them all, in the module's order."""
+    """One launcher process for the Trainer runs of every module that uses it
+    (mf_config.Launcher). Those modules put their tests in one xdist group, "launcher", so
+    that one worker runs them all, module after module, and one process serves them: each
+    process of its own spent ~4.5 s of CPU importing MindSpore and MindFormers and exiting,
+    the cost of ~200 steps of these runs."""
     from mf_config import Launcher
     serving = Launcher(tmp_path_factory.mktemp("launcher"))
     yield serving

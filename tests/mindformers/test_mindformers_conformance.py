@@ -14,9 +14,9 @@ from mf_conformance import FAULT_STEP, SETTINGS, TrainerCase, cases, markdown_ta
 from mindwatch.cli import main as cli
 from mindwatch.runlog import read_rank_log
 
-# one worker under xdist: one launcher process runs the module's cases (the launcher fixture)
+# one worker under xdist: one launcher process runs the cases (the launcher fixture)
 pytestmark = [pytest.mark.mindformers, pytest.mark.conformance, pytest.mark.default_pair,
-              pytest.mark.timeout(300), pytest.mark.xdist_group("mindformers_conformance")]
+              pytest.mark.timeout(300), pytest.mark.xdist_group("launcher")]
 
 
 def run(case: TrainerCase, tmp_path: Path, launcher) -> Path:

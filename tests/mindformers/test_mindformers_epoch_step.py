@@ -8,9 +8,10 @@ from mf_config import STEPS, mf_config, mf_epoch_steps
 
 from mindwatch.runlog import read_rank_log
 
-# one worker under xdist: one launcher process runs the module's Trainer runs (launcher)
+# the "launcher" group: one worker, one launcher process for this module's Trainer runs and
+# the other modules' of the group (the launcher fixture)
 pytestmark = [pytest.mark.mindformers, pytest.mark.default_pair, pytest.mark.timeout(300),
-              pytest.mark.xdist_group("mindformers_epoch_step")]
+              pytest.mark.xdist_group("launcher")]
 
 RUNNER = {"epochs": 2, "batch_size": 2, "sink_mode": False, "sink_size": 1,
           "gradient_accumulation_steps": 1}

@@ -13,10 +13,10 @@ from mf_config import (
 
 from mindwatch.runlog import read_rank_log
 
-# One worker under xdist for the module: one launcher process runs its Trainer runs (the
-# launcher fixture), healthy_pair's among them, once.
+# the "launcher" group: one worker, one launcher process for this module's Trainer runs (the
+# launcher fixture), healthy_pair's among them, once, and the other modules' of the group
 pytestmark = [pytest.mark.mindformers, pytest.mark.timeout(300),
-              pytest.mark.xdist_group("mindformers_protection")]
+              pytest.mark.xdist_group("launcher")]
 
 
 @pytest.fixture(scope="module")

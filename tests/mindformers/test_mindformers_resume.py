@@ -13,9 +13,9 @@ from mf_config import HERE, MINDWATCH_CELL, STEPS, mf_config
 from mindwatch.runlog import read_rank_log
 
 pytestmark = [pytest.mark.mindformers, pytest.mark.timeout(300),
-              # one worker under xdist: one launcher process (the launcher fixture) runs
-              # the module's Trainer runs, resumed's once
-              pytest.mark.xdist_group("mindformers_resume")]
+              # the "launcher" group: one worker, one launcher process (the launcher
+              # fixture) for this module's Trainer runs, resumed's once, and the others'
+              pytest.mark.xdist_group("launcher")]
 
 NAN_STEP = 6
 ADVICE = re.compile(r"## Resume from the checkpoint\n\n```(\w+)\n(.*?)\n```", re.S)
