@@ -2,7 +2,9 @@
 environment, a free port; and the check that the ranks ran the MindSpore under test."""
 import importlib.metadata
 import os
+import signal
 import socket
+import subprocess
 import sys
 
 # Set by an enclosing msrun or a developer's shell; each test's job sets its own.
@@ -36,3 +38,40 @@ def assert_ranks_ran_this_mindspore(run, *, mindformers=False):
     for log in run.ranks:
         versions = log.run["versions"]
         assert {key: versions.get(key) for key in expected} == expected, (log.rank, versions)
+
+
+def msrun_until_its_ranks_end(command, *, ranks=2, cwd, env, timeout):
+    """``subprocess.run(command)`` for an msrun job whose ranks fail, ended (SIGTERM to msrun,
+    its scheduler and what else is in its process group) once its ``ranks`` worker processes
+    (``MS_ROLE=MS_WORKER``, each in a session of its own) have exited: msrun's scheduler would
+    wait MS_NODE_TIMEOUT seconds more for their heartbeats (10-15 s a job on this host). The
+    status is then -SIGTERM; what the ranks did is in their logs."""
+    import psutil
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    seen, waited = set(), 0.0
+    try:
+        while True:
+            try:
+                out, err = process.communicate(timeout=0.5)
+                return subprocess.CompletedProcess(command, process.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                waited += 0.5
+                if waited > timeout:
+                    raise
+            alive = set()
+            for child in psutil.Process(process.pid).children(recursive=True):
+                try:
+                    if child.environ().get("MS_ROLE") == "MS_WORKER":
+                        alive.add(child.pid)
+                except psutil.Error:           # gone meanwhile
+                    pass
+            seen |= alive
+            if len(seen) >= ranks and not alive:
+                os.killpg(process.pid, signal.SIGTERM)
+                out, err = process.communicate(timeout=60)
+                return subprocess.CompletedProcess(command, process.returncode, out, err)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()

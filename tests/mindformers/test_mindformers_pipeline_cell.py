@@ -14,7 +14,7 @@ import yaml
 from mf_config import MINDWATCH_CELL, REGISTER_PATH, data_parallel, mf_config
 
 from mindwatch.runlog import read_run
-from msrun_env import free_port, msrun_environment
+from msrun_env import free_port, msrun_environment, msrun_until_its_ranks_end
 
 pytestmark = [pytest.mark.mindformers, pytest.mark.msrun, pytest.mark.timeout(300)]
 
@@ -256,14 +256,14 @@ def test_gradient_accumulation_under_the_yaml_route_needs_mindwatch_launch(tmp_p
     shim.write_text(STANDIN_THEN)
     script = [str(LAUNCH)] if through_launch else []
     logs = tmp_path / "msrun_logs"
-    result = subprocess.run(
+    # the job fails: it ends once both ranks have (MS_NODE_TIMEOUT: how long a rank still
+    # joining waits for the other, which died); msrun's status is then -SIGTERM
+    result = msrun_until_its_ranks_end(
         [sys.executable, "-m", "mindspore.parallel.cluster.run", "--worker_num=2",
          "--local_worker_num=2", f"--master_port={free_port()}", f"--log_dir={logs}",
          "--join=True", str(shim), *script, str(HERE / "mf_launcher.py"), str(config)],
-        # the job fails; msrun ends once its scheduler gave up on the ranks that died, which
-        # MS_NODE_TIMEOUT seconds without their heartbeat take (by default 30 s more a job)
         cwd=tmp_path, env=msrun_environment(REGISTER_PATH=REGISTER_PATH, MS_NODE_TIMEOUT="10"),
-        capture_output=True, text=True, timeout=280)
+        timeout=280)
     workers = [(logs / f"worker_{rank}.log").read_text(errors="replace") for rank in (0, 1)]
     # the rank that first meets the CPU's refusal ends the job: on a loaded host the other
     # may still be joining the cluster then, and time out before its monitor starts
