@@ -142,15 +142,15 @@ def pytest_pyfunc_call(pyfuncitem):
 
 # Under pytest-xdist: the tests that start several processes of their own (msrun's ranks)
 # run one after another on one worker, so two jobs of ranks never share this machine's cores
-# and their timing stays what the tests expect; so do the tests marked waits. With three or
-# more workers both groups go to the last one (waits_scheduling.py); every other test goes
-# to whichever worker is free.
+# and their timing stays what the tests expect; the tests marked waits go in one group a
+# module. With three or more workers these groups go to the last one (waits_scheduling.py),
+# until the others are done; every other test goes to whichever worker is free.
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("msrun") is not None:
             item.add_marker(pytest.mark.xdist_group("ranks"))
         elif item.get_closest_marker("waits") is not None:
-            item.add_marker(pytest.mark.xdist_group("waits"))
+            item.add_marker(pytest.mark.xdist_group(f"waits-{item.module.__name__}"))
     if config.getoption("loadgroup", False):      # set by pytest-xdist under --dist loadgroup
         for item in items:
             _join_xdist_group(item)
