@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 # Set by an enclosing msrun or a developer's shell; each test's job sets its own.
 _RANK_VARIABLES = ("RANK_ID", "RANK_SIZE", "DEVICE_ID", "MS_WORKER_NUM", "MS_NODE_ID")
@@ -49,18 +50,21 @@ def msrun_until_its_ranks_end(command, *, ranks=2, cwd, env, timeout):
     import psutil
     process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-    seen, waited = set(), 0.0
+    seen, deadline = set(), time.monotonic() + timeout
     try:
         while True:
             try:
                 out, err = process.communicate(timeout=0.5)
                 return subprocess.CompletedProcess(command, process.returncode, out, err)
             except subprocess.TimeoutExpired:
-                waited += 0.5
-                if waited > timeout:
+                if time.monotonic() > deadline:
                     raise
             alive = set()
-            for child in psutil.Process(process.pid).children(recursive=True):
+            try:
+                children = psutil.Process(process.pid).children(recursive=True)
+            except psutil.Error:               # msrun ended meanwhile: communicate says so
+                continue
+            for child in children:
                 try:
                     if child.environ().get("MS_ROLE") == "MS_WORKER":
                         alive.add(child.pid)
