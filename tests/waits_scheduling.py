@@ -27,7 +27,6 @@ def _pinned(scope: str) -> bool:
     return scope == "ranks" or scope.startswith("waits-")
 
 
-
 class WaitsScheduling(LoadGroupScheduling):
     def _pinned_node(self):
         nodes = self.nodes

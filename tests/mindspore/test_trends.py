@@ -187,7 +187,7 @@ LEAK_TIME_S = 120.0
 # in one make test), and the chunks grew.
 CATCH_UP_S = 0.2
 # Each step lasts at least this: the leak and the sampler set the test's ~35 s, not the steps,
-# which at 20 ms (1700 of them) took ~8 s of CPU (~30 s in make test, beside the other workers)
+# which at 20 ms (~1700 of them) took ~5 s of the test's CPU, alone on this host
 STEP_S = 0.1
 
 
