@@ -52,7 +52,8 @@ COMPAT_PAIRS ?= ms2.7.0-mf1.6.0 ms2.7.1-mf1.7.0 ms2.7.2-mf1.8.0 ms2.8.0 ms2.9.0-
 COMPAT_TESTS ?= -m "(conformance or mindformers or msrun or summary_collector) and not default_pair"
 COMPAT := .venv-compat
 # Two workers, as these pairs' runs were measured and have passed in CI with (make test's
-# three, above, are for its own mix of tests)
+# three, above, are for its own mix of tests): the second runs the msrun jobs, then the tests
+# marked waits, never beside one (tests/waits_scheduling.py), then helps the first
 COMPAT_WORKERS ?= 2
 
 $(COMPAT)/%/.installed: compat/%.lock pyproject.toml

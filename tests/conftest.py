@@ -143,14 +143,19 @@ def pytest_pyfunc_call(pyfuncitem):
 # Under pytest-xdist: the tests that start several processes of their own (msrun's ranks)
 # run one after another on one worker, so two jobs of ranks never share this machine's cores
 # and their timing stays what the tests expect; the tests marked waits go in one group a
-# module. With three or more workers these groups go to the last one (waits_scheduling.py),
-# until the others are done; every other test goes to whichever worker is free.
+# module. With two or more workers these groups go to the last one (waits_scheduling.py),
+# and no test marked waits runs beside an msrun job; every other test goes to whichever
+# worker is free. These groups replace any other xdist group of the test's module (that
+# module's other tests keep theirs).
+_PINNED_GROUP = pytest.StashKey[str]()
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("msrun") is not None:
-            item.add_marker(pytest.mark.xdist_group("ranks"))
+            item.stash[_PINNED_GROUP] = "ranks"
         elif item.get_closest_marker("waits") is not None:
-            item.add_marker(pytest.mark.xdist_group(f"waits-{item.module.__name__}"))
+            item.stash[_PINNED_GROUP] = f"waits-{item.module.__name__}"
     if config.getoption("loadgroup", False):      # set by pytest-xdist under --dist loadgroup
         for item in items:
             _join_xdist_group(item)
@@ -158,8 +163,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under ``--dist loadgroup``, the last of three or more workers runs the tests that mostly
-    wait (waits_scheduling.py)."""
+    """Under ``--dist loadgroup``, the last of two or more workers runs the msrun jobs and the
+    tests that mostly wait (waits_scheduling.py)."""
     if config.getoption("dist") != "loadgroup":
         return None
     from waits_scheduling import WaitsScheduling
@@ -172,8 +177,9 @@ def _join_xdist_group(item):
     9.2 no longer reads (the id is ``item._id``, a NodeId): no xdist_group mark took effect
     (the msrun tests went to either worker, and a module-scoped fixture was set up once on
     each worker that ran one of its tests). This appends it where xdist did not."""
-    names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-                    for mark in item.iter_markers("xdist_group")})
+    names = [item.stash[_PINNED_GROUP]] if _PINNED_GROUP in item.stash else sorted(
+        {str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+         for mark in item.iter_markers("xdist_group")})
     if not names or "@" in item.nodeid.rpartition("]")[2]:
         return
     grouped = f"{item.nodeid}@{'_'.join(names)}"
