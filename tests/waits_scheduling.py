@@ -74,7 +74,7 @@ class WaitsScheduling(LoadGroupScheduling):
 
     def mark_test_complete(self, node, item_index, duration=0) -> None:
         super().mark_test_complete(node, item_index, duration)
-        for idle in self.nodes:         # the workers left waiting for the msrun jobs' end
-            if idle is not node and not idle.shutting_down \
-                    and not self._pending_of(self.assigned_work.get(idle, {})):
-                self._reschedule(idle)
+        if node is self._pinned_node():     # the workers waiting for the msrun jobs' end
+            for other in self.nodes:
+                if other is not node:
+                    self._reschedule(other)
