@@ -15,7 +15,11 @@ from .observation import ReplayOutcome
 from .sinks.base import SinkFactory
 
 if TYPE_CHECKING:
+    from .ranks.consensus import RankConsensus
+    from .ranks.peers import Peers
+    from .ranks.rank_sync import Fingerprinter
     from .recovery.rewinding import SnapshotStore
+    from .recovery.skipping import SkipLimits
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +78,14 @@ class FrameworkHooks:
     - ``replay() -> ReplayOutcome or None``: the step just observed, whose update was
       withheld, computed again on the same batch and weights with its update withheld
       (decisions/replays.py); None when this set-up cannot.
+    - ``consensus(world_size, notice, peers) -> RankConsensus or None``: the ranks' exchange
+      through the framework's collective (``ranks.consensus.consensus_of``), built once when
+      a segment starts on several ranks; None where communication is not initialised.
+    - ``fingerprinter(state) -> Fingerprinter``: fingerprints of the replicas' training state
+      (``Monitor.end_step``'s ``replicas``), compared every ``consistency_interval`` steps.
+    - ``push_limits(limits)``: hands the protected step the limits its next step is judged
+      by (``recovery.skipping.SkipLimits``): after every step end, at a segment's start and
+      after ``load_state_dict``.
     """
 
     versions: Mapping[str, str | None] = field(default_factory=dict)
@@ -88,10 +100,14 @@ class FrameworkHooks:
     saved_states: Callable[[], SavedStates] | None = None
     tensorboard_dir: Callable[[int], str | None] | None = None
     replay: Callable[[], ReplayOutcome | None] | None = None
+    consensus: Callable[[int, Callable[[str], None], Peers], RankConsensus | None] | None = None
+    fingerprinter: Callable[[Any], Fingerprinter] | None = None
+    push_limits: Callable[[SkipLimits], None] | None = None
 
     def __post_init__(self) -> None:
         for name in ("save_checkpoint", "resume_hint", "notes", "memory_reader", "unprotected",
-                     "saved_states", "tensorboard_dir"):
+                     "saved_states", "tensorboard_dir", "replay", "consensus", "fingerprinter",
+                     "push_limits"):
             hook = getattr(self, name)
             if hook is not None and not callable(hook):
                 raise TypeError(f"FrameworkHooks.{name} must be callable or None; got "

@@ -40,15 +40,23 @@ from .pipeline.writer import RecordWriter
 from .policy import Policy
 from .ranks.decisions import RankDecisions
 from .ranks.peers import Peers
+from .ranks.rank_sync import RankSync
 from .ranks.replicas import ReplicaCheck
 from .records import End, Epoch, Notice, Run, Versions
 from .recovery.rewinding import RewindEvent, RewindGuard, RewindWish, require_snapshots
-from .recovery.skipping import SkipGuard
+from .recovery.skipping import SkipGuard, SkipLimits
 from .settings import MonitorSettings
 from .sinks.base import Sink
 from .sinks.console import ConsoleSink
 from .sinks.factory import check_framework_views, open_sinks
+from .sinks.sink_set import SinkError
 from .version import __version__
+
+# No loss and no gradient norm at the first step: nothing a rule judges a step by came in.
+NOTHING_OBSERVED = ("no loss and no gradient norm reached it at the first step, so no anomaly "
+                    "of the training can be found; hand them in: observe(loss=..., "
+                    "grad_norm=...), monitor.backward(loss) under PyTorch, wrap or jit_step "
+                    "under MindSpore")
 
 
 class Monitor:
@@ -141,6 +149,7 @@ class Monitor:
         self._ranks = RankDecisions(peers=self.peers, rewinds=self.rewinds, skips=self.skips,
                                     current=current, actions=actions, writer=writer)
         self.replicas = ReplicaCheck(peers=self.peers, act=actions.act)
+        self._sync = RankSync(self, self.framework.fingerprinter)
         self._hardware = HardwareInput(
             interval_s=self.settings.hardware_interval_s, all_devices=self.settings.all_devices,
             memory_reader=self.framework.memory_reader, detectors=self.detectors,
@@ -163,13 +172,17 @@ class Monitor:
     def sinks(self) -> list[Sink]:
         return self._writer.sinks
 
-    def start(self, *, total_steps: int | None = None, **run_info: Any) -> None:
-        """Begin a run segment: write the ``run`` record now and restart the step timer.
+    def start(self, *, total_steps: int | None = None, after_step: int | None = None,
+              **run_info: Any) -> None:
+        """Begin a run segment: write the ``run`` record now, restart the step timer, take
+        the first snapshot (``on_anomaly="rewind"``) and, on several ranks, build the ranks'
+        exchange.
 
         After ``close`` this begins a new segment appended to the same log (a second
         ``model.train`` call) with a clean stop request, anomaly list and step counter;
-        detector history and the loss average carry over. ``run_info`` goes into the ``run``
-        record. Idempotent while a segment is running.
+        detector history and the loss average carry over. ``after_step``: the step training
+        resumes after (a trainer's own resume; default: the last step this monitor saw).
+        ``run_info`` goes into the ``run`` record. Idempotent while a segment is running.
         """
         segment = self._current.segment
         if segment.closed:
@@ -177,6 +190,19 @@ class Monitor:
         if segment.closed or not segment.started:
             self._current.begin(self.clock.perf_counter())
         self._ensure_started(total_steps=total_steps, **run_info)
+        self._begin_training(after_step)
+
+    def _begin_training(self, after_step: int | None = None) -> None:
+        segment = self._current.segment
+        if segment.training:
+            return
+        segment.training = True
+        after_step = segment.last_step if after_step is None else after_step
+        self.rewinds.begin(after_step)
+        consensus = self.framework.consensus
+        self._sync.begin(after_step, lambda: None if consensus is None else consensus(
+            self.world_size, self.notice, self.peers))
+        self._push_limits()                  # a loaded state_dict carries windows
 
     def _ensure_started(self, *, total_steps: int | None = None, **run_info: Any) -> None:
         if self._current.segment.closed:
@@ -303,13 +329,62 @@ class Monitor:
             layer_grad_norms=layer_grad_norms, extra=extra, local_grad_norms=local_grad_norms,
             data_time_s=data_time_s, epoch_step=epoch_step, steps_per_epoch=steps_per_epoch)
         self._ensure_started()
+        # a loop that never called start(): the state now is already this step's
+        self._begin_training(after_step=step)
         now = self._timing.fill(observation, self._current.segment, step_time_s=step_time_s,
                                 batch_size=batch_size or self.settings.batch_size)
         self._hangs.beat(now, step)
         found = self._process(observation)
+        if observation.segment_step == 1 and observation.loss is None \
+                and observation.grad_norm is None:
+            self.unwatched(NOTHING_OBSERVED)
         self._stops.check_signal()
         self._stops.check_sink_error()
         return found
+
+    def end_step(self, *, step: int, state: Mapping[str, Any] | None = None,
+                 replicas: Any = None, stop_asked: bool = False,
+                 **fields: Any) -> list[Anomaly]:
+        """Everything a step's end does, the one protocol of every adapter and trainer:
+        ``observe(step=step, **fields)``, the ``state`` record (``state``: the arguments of
+        ``observe_state``, on a state step), then, on several ranks, the exchange that settles
+        the stops, rewinds, stragglers and (every ``consistency_interval`` steps) the
+        replicas of ``replicas`` (what ``FrameworkHooks.fingerprinter`` reads); on one rank
+        the rewind is settled alone. Last, the protected step gets its next limits.
+        ``stop_asked``: something else asked the framework to stop after this step (another
+        callback's ``request_stop()``): every rank stops with it.
+
+        The exchange runs even when a sink fails under ``on_sink_error="raise"``, since the
+        other ranks wait in it: that ``SinkError`` is raised after it, the segment already
+        stopping. Returns the step's anomalies, those the exchange found included; one whose
+        ``stops`` is true (or ``stop_requested``) ends the loop after this step.
+        """
+        found: list[Anomaly] = []
+        error: SinkError | None = None
+        try:
+            found += self.observe(step=step, **fields)
+            if state is not None:
+                found += self.observe_state(**state)
+        except SinkError as exc:
+            error = exc
+        if stop_asked:
+            self.request_stop()
+        found += self._sync.after_step(step, data_time_s=fields.get("data_time_s"),
+                                       step_time_s=fields.get("step_time_s"), state=replicas)
+        self._push_limits()
+        if error is not None:
+            raise error
+        return found
+
+    @property
+    def step_limits(self) -> SkipLimits:
+        """The limits the next step's update is withheld above (the spike and LR rules'
+        windows; ``inf`` where none): what ``FrameworkHooks.push_limits`` is handed."""
+        return self.skips.limits
+
+    def _push_limits(self) -> None:
+        if self.framework.push_limits is not None:
+            self.framework.push_limits(self.skips.limits)
 
     def observe_state(self, *, step: int, weight_norm: float, update_norm: float,
                       layers: Mapping[str, Mapping[str, float]],
@@ -327,6 +402,15 @@ class Monitor:
         """Write a ``notice`` record (said on every rank's console too)."""
         self._ensure_started()
         self._writer.emit(records.NOTICE, {Notice.MESSAGE: message, **fields})
+
+    def unwatched(self, fix: str) -> None:
+        """Say, once per segment, that mindwatch cannot watch this run as it is set up, and
+        ``fix``: a view never calls such a segment HEALTHY (``Notice.UNWATCHED``)."""
+        segment = self._current.segment
+        if segment.unwatched:
+            return
+        segment.unwatched = True
+        self.notice(f"mindwatch cannot watch this run: {fix}", **{Notice.UNWATCHED: fix})
 
     def end_epoch(self, evaluation: Mapping[str, float | None] | None = None) -> None:
         """Emit the pending epoch's record (mean loss, convergence against the last one);
@@ -378,7 +462,7 @@ class Monitor:
         if obs.epoch is not None and obs.epoch != self.loss_stats.epoch:
             self.end_epoch()
             self.loss_stats.epoch = obs.epoch
-        self.loss_stats.add(obs.loss, obs.steps)
+        self.loss_stats.add(obs.loss, obs.steps, withheld=obs.skipped)
         self._current.segment.last_step = obs.step
         interval = self.settings.layer_norms_interval
         layers_due = obs.step // interval > (obs.step - obs.steps) // interval
@@ -410,3 +494,4 @@ class Monitor:
         segment.last_step = history.restore(
             state, detectors=self.detectors, loss_stats=self.loss_stats, skips=self.skips,
             rewinds=self.rewinds, last_step=segment.last_step)
+        self._push_limits()

@@ -243,6 +243,10 @@ class Notice(Fields):
     KIND = NOTICE
     MESSAGE = required(Anomaly.MESSAGE)
     SOURCE = optional("source")                              # HARDWARE for probe messages
+    # mindwatch could not watch this run as set up (no loss and no gradient norm reached it,
+    # or the optimizer was never protected): the fix, in one sentence. A view never calls
+    # a segment holding one HEALTHY.
+    UNWATCHED = optional("unwatched")
 
 
 class End(Fields):

@@ -113,7 +113,7 @@ def test_declarations_derive_the_tables():
     assert Epoch.OPTIONAL == ("loss_change", "converging", "nonfinite_losses", "eval")
     assert Hardware.OPTIONAL == ("mem_available_gb", "framework_memory", "process_cpu_percent",
                                  "cpu_wait_s", "cpu_top")
-    assert End.OPTIONAL == ("error", "stopped_by") and Notice.OPTIONAL == ("source",)
+    assert End.OPTIONAL == ("error", "stopped_by") and Notice.OPTIONAL == ("source", "unwatched")
     assert {Step.LOSS, Device.TEMP_C, Common.TIME, Anomaly.VALUE} <= records.FLOAT_FIELDS
     assert Step.SKIPPED not in records.FLOAT_FIELDS and Step.STEP not in records.FLOAT_FIELDS
     for cls in FIELD_CLASSES:

@@ -10,13 +10,14 @@ input queue's size and PATH, is put back before the next).
 SCENARIO: healthy | nan_rank1 | overheat_rank0 | straggler_rank1 | long (runs until a signal
 stops it) | spike_rank1_skip (rank 1's targets x1e3 at SPIKE_STEP, on_anomaly "skip") |
 spike_rank1_rewind (the same spike, on_anomaly "rewind", a snapshot every 5 steps) |
-hang_rank1 (rank 1's data source blocks STALL_S seconds at batch STALL_STEP; the other rank
-waits for it in a collective; hang_timeout_s HANG_TIMEOUT_S, policy warn) | nudge_rank1 (one
-weight element of rank 1 moved by 1e-3 before step NUDGE_STEP, replicas compared every
-CONSISTENCY_INTERVAL steps) | slowdown_rank1 (rank 1's input pipeline slows down
-from batch SLOWDOWN_STEP on, SLOWDOWN_S a batch; 20 ms of compute a step; trend_warmup 5,
-pace_window 8, throughput_drop_factor 2). Every scenario compares the replicas every
-CONSISTENCY_INTERVAL steps.
+loop_signal_rank1 (a custom loop, jit_step + observe, rank 1 signalled:
+custom_loop_scenario.py) | hang_rank1 (rank 1's data source blocks STALL_S seconds at batch
+STALL_STEP; the other rank waits for it in a collective; hang_timeout_s HANG_TIMEOUT_S, policy
+warn) | nudge_rank1 (one weight element of rank 1 moved by 1e-3 before step NUDGE_STEP,
+replicas compared every CONSISTENCY_INTERVAL steps) | slowdown_rank1 (rank 1's input pipeline
+slows down from batch SLOWDOWN_STEP on, SLOWDOWN_S a batch; 20 ms of compute a step;
+trend_warmup 5, pace_window 8, throughput_drop_factor 2). Every scenario compares the replicas
+every CONSISTENCY_INTERVAL steps.
 Data parallel on the CPU, each rank its own data, gradients reduced by
 monitor.wrap.
 """
@@ -34,6 +35,7 @@ from mindspore.communication import get_rank, init
 from mindspore.train import Callback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from custom_loop_scenario import train_loop
 from mindwatch.mindspore import TrainMonitor
 from ms_helpers import make_regressor, regression_arrays
 
@@ -157,6 +159,8 @@ def train(log_dir, out_dir, scenario, rank):
         ds.config.set_prefetch_size(1)
     if scenario == "nudge_rank1" and rank == 1:
         callbacks = [NudgeAt(NUDGE_STEP)]
+    if scenario == "loop_signal_rank1":
+        return train_loop(log_dir, out_dir, rank, settings)
     if scenario == "overheat_rank0" and os.environ.get("ALERT_WEBHOOK"):
         # the test's webhook service, on every rank
         settings.update(alert_webhook=os.environ["ALERT_WEBHOOK"])

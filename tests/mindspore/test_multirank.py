@@ -28,7 +28,8 @@ TRAINER = HERE / "multirank_trainer.py"
 # The job's scenarios, in this order; every one ends by itself (the SIGTERM tests' "long"
 # is ended by its test, in a job of its own).
 SCENARIOS = ["healthy", "nudge_rank1", "nan_rank1", "spike_rank1_skip", "spike_rank1_rewind",
-             "overheat_rank0", "hang_rank1", "straggler_rank1", "slowdown_rank1"]
+             "overheat_rank0", "hang_rank1", "straggler_rank1", "slowdown_rank1",
+             "loop_signal_rank1"]
 
 
 def _msrun_command(root, *scenarios):
@@ -322,3 +323,20 @@ def test_sigterm_stops_every_rank_after_the_same_step(tmp_path, targets):
         assert peer["step"] == step and peer["actions"] == ["checkpoint", "stop"]
         assert os.path.exists(peer["checkpoint"])
     assert (log_dir / "checkpoints" / f"signal_step{step}_rank1.ckpt").exists()
+
+
+def test_a_custom_loop_stops_every_rank_after_the_step_one_rank_was_signalled(job):
+    """docs/pipelines.md's loop (jit_step, observe, stop_requested): rank 1's own SIGTERM
+    during step 20 stops both ranks after step 20, as under Model.train; rank 0 learns of it
+    in observe's exchange (before, it trained on into step 21's collective and hung there)."""
+    from custom_loop_scenario import SIGNAL_STEP
+    run, out = msrun(job, "loop_signal_rank1")
+    for log in run.ranks:
+        assert log.steps[-1]["step"] == SIGNAL_STEP, log.rank
+        assert log.end["reason"] == "signal" and log.end["steps"] == SIGNAL_STEP
+        assert log.end["stopped_by"] == {"anomaly": "signal", "step": SIGNAL_STEP, "rank": 1}
+    [peer] = [a for a in run.ranks[0].anomalies if a["anomaly"] == "peer_stop"]
+    assert peer["step"] == SIGNAL_STEP and "rank 1" in peer["message"]
+    # the signal took its course on rank 1 alone, once its run was on disk
+    assert [(out / f"interrupted_rank{r}").read_text() for r in (0, 1)] == ["False", "True"]
+    same_weights_on_both_ranks(out)

@@ -18,7 +18,7 @@ from mindwatch.anomaly import (
     USER_STOP,
     Anomaly,
 )
-from mindwatch.mindspore.exit_status import stop_exit_status
+from mindwatch.decisions.exit_status import stop_exit_status
 from mindwatch.runlog import read_rank_log, read_run
 from msrun_env import free_port, msrun_environment
 

@@ -2,9 +2,15 @@
 ``torchrun --nproc_per_node=2 ddp_trainer.py LOG_DIR FAULT``. FAULT: ``none``, ``nan_rank1``
 (rank 1's loss NaN at step 6), ``transient_rank1`` (the same, the first time step 6 is
 computed only: its replay is healthy), ``own_comm_hook`` (the model has a communication hook
-of the user's before protect), or ``replica_rank1`` (a weight of rank 1 nudged after
-step 4, so its replica differs from then on). Each backward is given a closure (replay)."""
+of the user's before protect), ``replica_rank1`` (a weight of rank 1 nudged after
+step 4, so its replica differs from then on), or ``signal_rank1`` (rank 1 sends itself
+SIGTERM during step 6; its own handler, which mindwatch chains to once the run is on disk,
+raises ``Preempted``). Each backward is given a closure (replay). ``stop_exit_code=42``:
+each rank writes ``exit_rank<R>`` (the status ``close`` exited with, or ``preempted``) in
+LOG_DIR before it exits so."""
 import io
+import os
+import signal
 import sys
 
 import torch
@@ -14,21 +20,34 @@ from torch import nn
 from mindwatch.torch import TrainMonitor
 
 STEPS = 12
+SIGNAL_STEP = 6
+
+
+class Preempted(Exception):
+    pass
+
+
+def _preempted(signum, frame):
+    raise Preempted(signum)
 
 
 def main(log_dir: str, fault: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    signal.signal(signal.SIGTERM, _preempted)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
     ddp = nn.parallel.DistributedDataParallel(model)
     if fault == "own_comm_hook":          # the user's own hook (DDP takes one)
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
         ddp.register_comm_hook(None, allreduce_hook)
-    monitor = TrainMonitor(log_dir, stream=io.StringIO(), consistency_interval=5)
+    monitor = TrainMonitor(log_dir, stream=io.StringIO(), consistency_interval=5,
+                           stop_exit_code=42)
     optimizer = monitor.protect(torch.optim.AdamW(ddp.parameters(), lr=1e-2), model=ddp)
     generator = torch.Generator().manual_seed(100 + rank)       # each rank its own data
     for step in range(1, STEPS + 1):
+        if fault == "signal_rank1" and rank == 1 and step == SIGNAL_STEP:
+            os.kill(os.getpid(), signal.SIGTERM)
         x = torch.randn(16, 8, generator=generator)
         y = x[:, :1] + torch.randn(16, 1, generator=generator)
         calls = []
@@ -44,12 +63,25 @@ def main(log_dir: str, fault: str) -> None:
         if fault == "replica_rank1" and rank == 1 and step == 4:
             with torch.no_grad():
                 model[0].weight[0, 0] += 1e-3
-        if any(anomaly.stops for anomaly in monitor.observe(step=step)):
+        monitor.observe(step=step)
+        if monitor.stop_requested:
             break
-    monitor.close()
     torch.save({name: p.detach() for name, p in model.named_parameters()},
                f"{log_dir}/weights_rank{rank}.pt")
     dist.destroy_process_group()
+    try:
+        monitor.close()
+    except SystemExit as exit:
+        _said(log_dir, rank, str(exit.code))
+        raise
+    except Preempted:
+        _said(log_dir, rank, "preempted")
+        raise SystemExit(128 + signal.SIGTERM) from None
+
+
+def _said(log_dir: str, rank: int, status: str) -> None:
+    with open(f"{log_dir}/exit_rank{rank}", "w") as out:
+        out.write(status)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ TRAINERS = Path(__file__).with_name("trainer_ddp.py")
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torchrun")]
 
 
-def torchrun(*args: str | Path, script: Path = TRAINER) -> None:
-    """``script``'s two ranks under torchrun, its arguments ``args``."""
+def torchrun(*args: str | Path, script: Path = TRAINER, fails: bool = False) -> None:
+    """``script``'s two ranks under torchrun, its arguments ``args``; ``fails``: a rank
+    exits with a status that is not 0 (``stop_exit_code``), and so does torchrun."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -31,11 +32,18 @@ def torchrun(*args: str | Path, script: Path = TRAINER) -> None:
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
          f"--master_port={port}", str(script), *map(str, args)],
         env=environment, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (done.returncode != 0) == fails, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def exit_statuses(log_dir: Path) -> list[str | None]:
+    """What each rank's ``close`` exited with (ddp_trainer.py), None where it returned."""
+    paths = [log_dir / f"exit_rank{rank}" for rank in (0, 1)]
+    return [p.read_text() if p.exists() else None for p in paths]
 
 
 def test_a_nan_on_one_rank_is_withheld_on_both_which_stop_together(tmp_path):
-    torchrun(tmp_path, "nan_rank1")
+    torchrun(tmp_path, "nan_rank1", fails=True)
+    assert exit_statuses(tmp_path) == ["42", "42"]        # stop_exit_code, on every rank
     for rank in (0, 1):
         steps = records(tmp_path, "step", rank)
         assert [s["step"] for s in steps] == list(range(1, 7)), rank
@@ -60,7 +68,8 @@ def test_a_nan_on_one_rank_is_withheld_on_both_which_stop_together(tmp_path):
 
 
 def test_a_fault_that_does_not_come_back_on_one_rank_is_a_transient_fault_naming_it(tmp_path):
-    torchrun(tmp_path, "transient_rank1")
+    torchrun(tmp_path, "transient_rank1", fails=True)       # gradient_nonfinite stopped it
+    assert exit_statuses(tmp_path) == ["42", "42"]
     for rank in (0, 1):
         (replay,) = records(tmp_path, "replay", rank)
         assert (replay["step"], replay["reproduced"], replay["healthy"]) == (6, False, True)
@@ -74,7 +83,8 @@ def test_a_fault_that_does_not_come_back_on_one_rank_is_a_transient_fault_naming
 
 
 def test_a_replica_that_drifts_is_found_at_the_next_comparison(tmp_path):
-    torchrun(tmp_path, "replica_rank1")
+    torchrun(tmp_path, "replica_rank1", fails=True)
+    assert exit_statuses(tmp_path) == ["42", "42"]
     for rank in (0, 1):
         mismatches = [a for a in records(tmp_path, "anomaly", rank)
                       if a["anomaly"] == "replica_mismatch"]
@@ -94,8 +104,26 @@ def test_a_communication_hook_of_the_users_own_keeps_its_place(tmp_path):
                                 "communication hook of its own") for n in notices), notices
 
 
+def test_a_signal_to_one_rank_of_a_plain_loop_stops_both_after_the_same_step(tmp_path):
+    """A cause local to rank 1 (its own SIGTERM during step 6): the loop of docs/torch.md
+    (observe, then stop_requested) stops both ranks after step 6; rank 0 learns of it in
+    observe's exchange and exits 143, as a signal's stop does under stop_exit_code."""
+    torchrun(tmp_path, "signal_rank1", fails=True)
+    for rank in (0, 1):
+        assert [s["step"] for s in records(tmp_path, "step", rank)] == list(range(1, 7)), rank
+        (end,) = records(tmp_path, "end", rank)
+        assert end["reason"] == "signal"
+        assert end["stopped_by"] == {"anomaly": "signal", "step": 6, "rank": 1}
+    (peer,) = [a for a in records(tmp_path, "anomaly", 0) if a["anomaly"] == "peer_stop"]
+    assert peer["step"] == 6
+    assert exit_statuses(tmp_path) == ["143", "preempted"]
+    weights = [torch.load(tmp_path / f"weights_rank{rank}.pt") for rank in (0, 1)]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+
+
 def test_healthy_ranks_train_to_the_end_with_identical_replicas(tmp_path):
     torchrun(tmp_path, "none")
+    assert exit_statuses(tmp_path) == [None, None]
     for rank in (0, 1):
         assert [s["step"] for s in records(tmp_path, "step", rank)] == list(range(1, 13))
         assert records(tmp_path, "anomaly", rank) == []

@@ -9,10 +9,10 @@ from mindspore.train import Callback
 
 from ..anomaly import Anomaly
 from ..basics.versions import Release
+from ..decisions.exit_status import exit_after
 from ..framework import FrameworkHooks
 from ..monitor import Monitor
 from ..pipeline.layer_state import LayerGrouping
-from ..ranks.rank_sync import RankSync
 from ..settings import MonitorSettings
 from ..sinks.sink_set import SinkError
 from . import compat
@@ -92,7 +92,9 @@ class TrainMonitor(Callback):
             snapshots=TrainStateSnapshots(self._train_cell),
             sinks={"mindinsight": open_mindinsight_sink}, unprotected=self._unprotected,
             saved_states=lambda: self._saved.states(), tensorboard_dir=tensorboard_dir,
-            replay=lambda: replay_outcome(self.train_step, self._cb_params))
+            replay=lambda: replay_outcome(self.train_step, self._cb_params),
+            consensus=consensus_for, fingerprinter=Fingerprinter,
+            push_limits=lambda limits: self._limits.push(self.train_step, limits))
         # wrap's or jit_step's step, or a framework's cell of mindwatch's making (_adopt):
         # both read and decide alike (outputs.ProtectedStep)
         self.train_step: Any = None
@@ -105,7 +107,6 @@ class TrainMonitor(Callback):
         self._data_mark: float | None = None   # when this callback's step end was done
         self._said_grads_off = False
         self._layers: LayerGrouping | None = None
-        self._ranks = RankSync(self.monitor, Fingerprinter)
         self._data_time: float | None = None
         self._sink_error: SinkError | None = None
         self._lr = LrReader()
@@ -219,10 +220,14 @@ class TrainMonitor(Callback):
         self._limits.forget()
         self._layers = LayerGrouping([p.name for p in cell.optimizer.parameters])
 
-    def observe(self, *, outputs: StepOutputs | None = None, **fields: Any) -> list[Anomaly]:
+    def observe(self, *, step: int, outputs: StepOutputs | None = None,
+                **fields: Any) -> list[Anomaly]:
         """A custom loop's step, without ``Model``; see ``mindwatch.Monitor.observe``.
         ``outputs``: what a ``jit_step`` step returned (loss, norm, LR, whether the update was
-        withheld); fields given by name take precedence.
+        withheld); fields given by name take precedence. The step ends as under
+        ``Model.train`` (``Monitor.end_step``): on several ranks they settle stops, rewinds
+        and replicas together, so a loop that breaks once ``stop_requested`` is set stops
+        every rank after the same step.
 
         Example: ``anomalies = monitor.observe(step=1, loss=2.3, lr=1e-3, grad_norm=0.7)``
         returns the anomalies of that step (empty when healthy).
@@ -233,29 +238,32 @@ class TrainMonitor(Callback):
                                 f"got {type(outputs).__name__}")
             fields = {**outputs.observation(self._layers), "data_time_s": outputs.data_time_s,
                       **fields}
-        found = self.monitor.observe(**fields)
-        found += self._observe_state(fields["step"])
-        self.monitor.settle_rewind(step=fields["step"])
-        self._push_skip_limits()
-        return found
-
-    def _observe_state(self, step: int, unwrapped: StepOutputs | None = None) -> list[Anomaly]:
-        fields = self._states.read(step, self.train_step) if unwrapped is None else \
-            self._states.read_unwrapped(step, optimizer_of(self._cb_params), unwrapped)
-        return [] if fields is None else self.monitor.observe_state(**fields)
+        return self.monitor.end_step(step=step, state=self._states.read(step, self.train_step),
+                                     replicas=self._train_cell(), **fields)
 
     def _push_skip_limits(self) -> None:
-        self._limits.push(self.train_step, self.monitor.skips.limits)
+        self._limits.push(self.train_step, self.monitor.step_limits)
 
     def close(self) -> None:
         """End the run cleanly (the ``end`` record; sinks closed); for custom loops.
-        ``Model.train`` closes it by itself. Idempotent."""
+        ``Model.train`` closes it by itself. Idempotent. After a stop under
+        ``stop_exit_code`` it then raises ``SystemExit`` with that status, as
+        ``Model.train`` does."""
         self.monitor.close()
+        exit_after(self.settings.stop_exit_code, self.monitor.stop_requested,
+                   self.monitor.rank)
 
     @property
     def anomalies(self) -> list[Anomaly]:
         """The current run segment's anomalies, in the order they were found."""
         return self.monitor.anomalies
+
+    @property
+    def stop_requested(self) -> Anomaly | None:
+        """What stops the current segment (an anomaly, a signal, another rank's stop), or
+        None: a custom loop breaks out once it is set after ``observe``, on every rank after
+        the same step."""
+        return self.monitor.stop_requested
 
     def state_dict(self) -> dict[str, Any]:
         """The detectors' windows and the loss average, for a resumed run to keep its
@@ -283,16 +291,13 @@ class TrainMonitor(Callback):
         dropped = sink_mode_dropped(cb)
         planned = self._planned_steps(cb, dropped)
         self.monitor.start(total_steps=None if planned is None else
-                           self._last_step_num + planned,
+                           self._last_step_num + planned, after_step=self._last_step_num,
                            **setup_fields(cb, wrapped=self._is_wrapped(cb)))
         if dropped:
             self.monitor.notice(SINK_MODE_DROPPED)
-        self.monitor.rewinds.begin(self._last_step_num)
         self._mark = self._data_mark = self.monitor.clock.perf_counter()
         self._data_time = None
-        self._push_skip_limits()               # a loaded state_dict carries windows
-        self._ranks.begin(self._last_step_num, lambda: consensus_for(
-            self.monitor.world_size, self.monitor.notice, self.monitor.peers))
+        self._push_skip_limits()               # a cell adopted above holds no limits yet
 
     def on_train_epoch_begin(self, run_context) -> None:
         self._mark = self._data_mark = self.monitor.clock.perf_counter()
@@ -332,23 +337,21 @@ class TrainMonitor(Callback):
             self._said_grads_off = True
             self.monitor.notice(self._reader.grad_checks_off(field(cb, "train_network")))
         epoch_step, steps_per_epoch = epoch_position(cb)
+        state = self._states.read(step, self.train_step) if self._is_wrapped(cb) else \
+            self._states.read_unwrapped(step, optimizer_of(cb), out)
         try:
-            self.monitor.observe(
+            self.monitor.end_step(
                 **out.observation(self._layers),
                 step=step, epoch=getattr(cb, "cur_epoch_num", None), steps=covered,
                 epoch_step=epoch_step, steps_per_epoch=steps_per_epoch,
                 step_time_s=step_time, data_time_s=self._data_time,
-                batch_size=self.settings.batch_size or batch_size_of(cb))
-            self._observe_state(step, None if self._is_wrapped(cb) else out)
+                batch_size=self.settings.batch_size or batch_size_of(cb), state=state,
+                replicas=self._train_cell(),
+                stop_asked=run_context.get_stop_requested())   # a callback before this one
         except SinkError as exc:
-            # on_sink_error="raise": stop cleanly after this step (the other ranks still
-            # need this step's exchange), and raise once training has ended.
+            # on_sink_error="raise": the step ended (the exchange too) and the segment stops
+            # after it; raised once training has ended.
             self._sink_error = exc
-        if run_context.get_stop_requested():      # a callback before this one asked
-            self.monitor.request_stop()
-        self._ranks.after_step(step, data_time_s=self._data_time, step_time_s=step_time,
-                               state=self._train_cell())
-        self._push_skip_limits()
         self._data_time = None
         if self.monitor.stop_requested is not None:
             run_context.request_stop()

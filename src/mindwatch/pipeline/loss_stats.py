@@ -1,6 +1,8 @@
 """The loss, summarised: an exponential moving average per step and a mean per epoch.
 
-Non-finite losses are counted, never folded into an average they would poison. Memory stays
+Non-finite losses are counted, never folded into an average they would poison; nor is the
+loss of a step whose update was withheld (a 1e6 spike that never reached the weights is no
+part of the run's trend). Memory stays
 flat however long an epoch is (an LLM epoch may be 10M steps): the epoch's sum is kept as
 the few exact partial sums of Shewchuk's algorithm (what ``math.fsum`` does over a list),
 so the mean is the correctly rounded one without holding every loss.
@@ -28,14 +30,16 @@ class LossStats:
         self._steps = 0
         self._previous_mean: float | None = None
 
-    def add(self, loss: float | None, steps: int) -> None:
-        if loss is not None and math.isfinite(loss):
+    def add(self, loss: float | None, steps: int, *, withheld: bool = False) -> None:
+        if loss is None:
+            pass
+        elif not math.isfinite(loss):
+            self._nonfinite += 1
+        elif not withheld:
             self.smooth = (loss if self.smooth is None
                            else self.smoothing * self.smooth + (1 - self.smoothing) * loss)
             _add_exact(self._partials, loss)
             self._count += 1
-        elif loss is not None:
-            self._nonfinite += 1
         self._steps += steps
 
     def end_epoch(self) -> dict[str, Any] | None:

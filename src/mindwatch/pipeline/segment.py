@@ -20,6 +20,10 @@ class RunSegment:
     start_perf: float                       # monotonic seconds when the segment's timing began
     last_perf: float                        # monotonic seconds at the latest step end
     started: bool = False                   # the ``run`` record is written
+    # training began: the first snapshot taken, the ranks' exchange built (a notice before
+    # the first step writes the run record but must not start a collective)
+    training: bool = False
+    unwatched: bool = False                 # said that it cannot be watched (Notice.UNWATCHED)
     closed: bool = False                    # the ``end`` record is written, sinks closed
     last_step: int = 0                      # global step of the latest observation
     observed: int = 0                       # step observations so far

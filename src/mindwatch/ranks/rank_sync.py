@@ -2,10 +2,11 @@
 step, the stops, rewinds and data times (consensus.py); every ``consistency_interval`` steps,
 the replicas' fingerprints, which replicas.py compares.
 
-Every rank calls ``after_step`` once per step end, so the collectives always pair up, and
-every rank decides alike from the same exchanged numbers. The adapter hands in its
-consensus (None: a single rank, or no initialised communication) and a fingerprinter of its
-training state (``names`` and ``vector()``: two float32 numbers per tensor).
+Every rank calls ``after_step`` once per step end (``Monitor.end_step``, which every adapter
+and trainer calls), so the collectives always pair up, and every rank decides alike from the
+same exchanged numbers. The framework hands in, through ``FrameworkHooks``, its consensus
+(None: a single rank, or no initialised communication) and a fingerprinter of its training
+state (``names`` and ``vector()``: two float32 numbers per tensor).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class Fingerprinter(Protocol):
 
 class RankSync:
     def __init__(self, monitor: Monitor,
-                 fingerprinter: Callable[[Any], Fingerprinter]):
+                 fingerprinter: Callable[[Any], Fingerprinter] | None):
         self.monitor = monitor
         self._make_fingerprinter = fingerprinter
         self._consensus: RankConsensus | None = None
@@ -69,7 +70,7 @@ class RankSync:
 
     def _compare_replicas(self, step: int, state: Any) -> list[Anomaly]:
         consensus = self._consensus
-        if consensus is None:
+        if consensus is None or self._make_fingerprinter is None:
             return []
         if self._fingerprinter is None or self._fingerprinted is not state:
             self._fingerprinter = self._make_fingerprinter(state)
