@@ -9,10 +9,11 @@ import torch
 
 from ..anomaly import Anomaly
 from ..basics.checks import check_bool, check_number
+from ..decisions.exit_status import exit_after
 from ..framework import FrameworkHooks
 from ..monitor import Monitor
 from ..observation import ReplayOutcome
-from ..ranks.rank_sync import RankSync
+from ..recovery.skipping import SkipLimits
 from ..settings import MonitorSettings
 from . import compat
 from .checkpoints.checkpoint import resume_snippet, save_atomically
@@ -27,7 +28,13 @@ from .ranks.fingerprints import Fingerprinter
 from .ranks.local_norms import LocalNorms
 from .ranks.shared_verdict import SharedVerdict
 from .reading.outputs import StepOutputs
+from .step.loss_window import LossWindow
 from .step.protection import ProtectedStep
+
+UNPROTECTED_LOOP = ("monitor.backward is called but monitor.protect(optimizer) never was, so no "
+                    "gradient norm is measured and no bad update can be withheld: protect the "
+                    "optimizer before the first step (optimizer = monitor.protect(optimizer, "
+                    "model=model))")
 
 
 class TrainMonitor:
@@ -70,17 +77,19 @@ class TrainMonitor:
             resume_hint=lambda path: resume_snippet(path, self._state),
             notes=self._notes, memory_reader=torch_memory_reader(),
             snapshots=TrainStateSnapshots(self._state), unprotected=self._unprotected,
-            replay=self._replay)
+            replay=self._replay, consensus=consensus_for, fingerprinter=Fingerprinter,
+            push_limits=self._push_limits)
         rank = current_rank()
         self.monitor = Monitor(log_dir, rank=rank.rank, world_size=rank.world_size,
                                local_rank=rank.local_rank, stream=stream, clock=clock,
                                framework=framework, **settings)
-        self._ranks = RankSync(self.monitor, Fingerprinter)
         self._local_norms: LocalNorms | None = None
         self._activations: ActivationProbes | None = None
         self._began = False
         self._said_closure = False
         self._observing: StepOutputs | None = None      # the step observe is recording
+        # the losses monitor.backward was given while no optimizer is protected
+        self.loss_window = LossWindow()
         # why this set-up cannot replay a withheld step (a trainer sets it), said once
         self.replay_unavailable = ("monitor.backward was given the loss: give it a closure "
                                    "that computes it (monitor.backward(lambda: "
@@ -171,12 +180,16 @@ class TrainMonitor:
 
     def backward(self, loss: torch.Tensor | Callable[[], torch.Tensor], *, scaler: Any = None,
                  **kwargs: Any) -> None:
-        """``loss.backward(**kwargs)``, the loss kept for the protected step (several calls
-        before a step: their mean, gradient accumulation). ``loss``: the batch's loss, or a
-        closure that computes it (``lambda: loss_fn(model(x), y)``), which mindwatch calls
-        now and, when the step's update is withheld and ``replay`` is on, once more on the
-        same weights (step/replay.py). ``scaler``: AMP's ``GradScaler``, whose scaled loss is
-        backpropagated while the loss is recorded (such steps are not replayed)."""
+        """``loss.backward(**kwargs)``, the loss kept for the step: several calls before a
+        step (gradient accumulation) are summed, the objective whose gradient the step
+        applies, so a loop that backpropagates ``loss / accum_steps`` records the window's
+        mean (step/loss_window.py). Without ``protect`` the loss is kept all the same, for
+        ``observe`` (``loss_window``), so a non-finite loss is seen. ``loss``: the batch's
+        loss, or a closure that computes it (``lambda: loss_fn(model(x), y)``), which
+        mindwatch calls now and, when the step's update is withheld and ``replay`` is on,
+        once more on the same weights (step/replay.py). ``scaler``: AMP's ``GradScaler``,
+        whose scaled loss is backpropagated while the loss is recorded (such steps are not
+        replayed)."""
         self._begin()
         step = self.train_step
         if callable(loss) and not isinstance(loss, torch.Tensor):
@@ -196,6 +209,11 @@ class TrainMonitor:
                             f"{'' if not isinstance(loss, torch.Tensor) else tuple(loss.shape)}")
         if step is not None:
             step.add_loss(loss)
+        else:
+            # unprotected: kept for observe all the same (TODO: the callback's owner builds
+            # ``self.loss_window = LossWindow()`` in __init__; observe reads it)
+            from .step.loss_window import LossWindow
+            vars(self).setdefault("loss_window", LossWindow()).add(loss)
         (loss if scaler is None else scaler.scale(loss)).backward(**kwargs)
 
     def observe(self, *, step: int, **fields: Any) -> list[Anomaly]:
@@ -213,25 +231,32 @@ class TrainMonitor:
             measured = outputs.observation()
             extra = {**measured.get("extra", {}), **(fields.get("extra") or {})}
             fields = {**measured, **fields, **({"extra": extra} if extra else {})}
+        elif protected is None:
+            self._unprotected_step(fields)
         self._say_closures()
-        found = self.monitor.observe(step=step, **fields)
-        self._observing = None
+        state = None
         if protected is not None and protected.state_probe is not None:
             state = protected.state_probe.read(step, protected.optimizer)
             if state is not None and self._activations is not None:
                 state["activations"] = self._activations.read()
-            if state is not None:
-                found += self.monitor.observe_state(**state)
-        # several ranks: the stops, rewinds and replicas settled together (else the rewind)
-        found += self._ranks.after_step(step, data_time_s=fields.get("data_time_s"),
-                                        step_time_s=fields.get("step_time_s"),
-                                        state=self._state)
-        self._push_limits()
-        return found
+        try:
+            return self.monitor.end_step(step=step, state=state, replicas=self._state,
+                                         **fields)
+        finally:
+            self._observing = None
 
-    def close(self) -> None:
-        """End the run (the ``end`` record; sinks closed). Idempotent."""
+    def close(self, *, exit: bool = True) -> None:
+        """End the run (the ``end`` record; sinks closed). Idempotent. After a stop under
+        ``stop_exit_code`` it then raises ``SystemExit`` with that status (a trainer's
+        callback passes ``exit=False`` and exits once its framework has ended)."""
         self.monitor.close()
+        if exit:
+            self.exit_if_stopped()
+
+    def exit_if_stopped(self) -> None:
+        """``SystemExit`` with the ``stop_exit_code`` status when mindwatch stopped this run
+        (decisions/exit_status.py); returns otherwise."""
+        exit_after(self.settings.stop_exit_code, self.monitor.stop_requested, self.monitor.rank)
 
     def __enter__(self) -> TrainMonitor:
         return self
@@ -240,7 +265,7 @@ class TrainMonitor:
         if exc is not None:
             self.monitor.close(reason="error", error=f"{exc_type.__name__}: {exc}")
         else:
-            self.monitor.close()
+            self.close()
 
     @property
     def anomalies(self) -> list[Anomaly]:
@@ -257,23 +282,30 @@ class TrainMonitor:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.monitor.load_state_dict(state)
-        self._push_limits()
 
     # -- helpers ----------------------------------------------------------------------------
     def _begin(self) -> None:
         if not self._began:
             self._began = True
             self.monitor.start()
-            self.monitor.rewinds.begin(self.monitor.last_step)
-            monitor = self.monitor
-            self._ranks.begin(monitor.last_step, lambda: consensus_for(
-                monitor.world_size, monitor.notice, monitor.peers))
 
-    def _push_limits(self) -> None:
+    def _push_limits(self, limits: SkipLimits | None = None) -> None:
+        """``FrameworkHooks.push_limits``: the protected step's verdict judges the next step
+        by these (the monitor's, when called after ``protect``)."""
         if self.train_step is not None:
-            limits = self.monitor.skips.limits
+            limits = limits or self.monitor.step_limits
             self.train_step.verdict.set_limits(loss=limits.loss, grad_norm=limits.grad_norm,
                                                lr=limits.lr)
+
+    def _unprotected_step(self, fields: dict[str, Any]) -> None:
+        """A step of a loop that calls ``monitor.backward`` but never protected its optimizer
+        (the docs' loop, ``protect`` forgotten): its loss is still judged, a NaN caught;
+        its update cannot be withheld, which the run says once (not HEALTHY)."""
+        if self.loss_window.count == 0:
+            return
+        loss = self.loss_window.take_value()
+        fields.setdefault("loss", loss)
+        self.monitor.unwatched(UNPROTECTED_LOOP)
 
     def _say_closures(self) -> None:
         if self.train_step is not None and self.train_step.closures and not self._said_closure:
