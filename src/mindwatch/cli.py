@@ -29,6 +29,13 @@ MAX_WAIT_S = 86400
 # The page of several runs, by default in the current directory: not report.html, which
 # would overwrite the report of the run whose directory that may be.
 COMPARE_OUTPUT = "compare.html"
+# `mindwatch demo` where MindSpore is missing (a PyTorch environment, say): what to install,
+# the one command that sets it all up in a checkout, and the PyTorch user's own first run.
+DEMO_NEEDS_MINDSPORE = (
+    "the demo trains with MindSpore, which cannot be imported here ({}): install it with "
+    "pip install 'mindwatch[mindspore]' (MindSpore 2.7 to 2.10, numpy<2), or in mindwatch's "
+    "checkout run make demo, which creates .venv with MindSpore and runs the demo; with "
+    "PyTorch, the script in docs/torch.md#a-first-run-on-the-cpu is a first run on the CPU")
 
 
 class CliError(Exception):
@@ -312,8 +319,7 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         from .mindspore.demo.run import parse_inject, run_demo
     except ImportError as exc:
-        raise CliError(f"the demo needs MindSpore ({exc}); pip install 'mindspore==2.10.0' "
-                       "'numpy<2'") from exc
+        raise CliError(DEMO_NEEDS_MINDSPORE.format(exc)) from exc
     inject = parse_inject(args.inject) if args.inject else None
     result = run_demo(out=args.out, steps=args.steps, inject=inject, seed=args.seed,
                       policy=args.policy)

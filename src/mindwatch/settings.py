@@ -241,7 +241,9 @@ class MonitorSettings:
         "A stop by a signal then exits 128 + its number (143 for SIGTERM) on every rank; a "
         "`request_stop()` (EarlyStopping) and a completed run exit as the script does. 1 to "
         "255; msrun itself exits 1 when a worker fails. None: the process exits as the "
-        "training script does (0). Custom loops (`observe`, `close`) decide their own exit.",
+        "training script does (0). Every adapter: `Model.train`, MindFormers' Trainer, Hugging "
+        "Face's Trainer and Lightning once their own ending has run, a custom or plain loop "
+        "at `monitor.close()`.",
         "exit status")
     hang_timeout_s: float | None = setting(
         None, "`hang` when no step has ended for this long (a watchdog thread watches, so it "

@@ -73,8 +73,10 @@ def test_summary_reads_every_rank_and_gives_the_spread(tmp_path, capsys, make_cl
         ("loss_nonfinite", 2)]
     spread = result["spread"]
     assert spread["step"] == 2
-    assert spread["loss"] == {"min": 2.0, "median": 2.2, "max": 2.4}      # NaN left out
+    # rank 1's NaN is not a point of the spread, and is named beside it
+    assert spread["loss"] == {"min": 2.0, "median": 2.2, "max": 2.4, "nonfinite": {"1": "NaN"}}
     assert spread["step_time_s"]["min"] == pytest.approx(0.1)
     assert spread["step_time_s"]["max"] == pytest.approx(0.3)
     assert main(["summary", str(tmp_path)]) == 1
-    assert "across 3 ranks" in capsys.readouterr().out
+    assert "across 3 ranks; loss at step 2 min/median/max 2/2.2/2.4, nan on rank 1; " \
+        in capsys.readouterr().out
