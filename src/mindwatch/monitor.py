@@ -156,7 +156,8 @@ class Monitor:
             current=current, responder=responder, writer=writer, actions=actions)
         self._state = StateInput(detectors=self.detectors, writer=writer, act=actions.act)
         self._replays = Replays(replay=self.framework.replay if self.settings.replay else None,
-                                emit=writer.emit, rank=self.rank, device=self.local_rank)
+                                emit=writer.emit, rank=self.rank, device=self.local_rank,
+                                hardware=lambda: responder.hardware)
         self._hangs = HangGuard(timeout_s=self.settings.hang_timeout_s, clock=self.clock,
                                 rank=self.rank, policy=self.policy, current=current,
                                 responder=responder, writer=writer, actions=actions)

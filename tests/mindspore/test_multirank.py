@@ -179,9 +179,10 @@ def test_nan_on_one_rank_stops_both_after_the_same_step(job):
     assert math.isfinite(local[0][5]) and math.isnan(local[1][5])
     for log in run.ranks:
         [grads] = [a for a in log.anomalies if a["anomaly"] == "gradient_nonfinite"]
+        # trained on the CPU: no device to name (on Ascend, its local rank's)
         assert (grads["origin_rank"], grads["origin_host"], grads["origin_device"]) == (
-            1, socket.gethostname(), 1), log.rank
-        assert f"it came from rank 1 (host {socket.gethostname()}, device 1)" in grads["message"]
+            1, socket.gethostname(), None), log.rank
+        assert f"it came from rank 1 (host {socket.gethostname()}):" in grads["message"]
         # computed again on both ranks together: rank 1's batch fails the same way
         [replay] = log.of_kind("replay")
         assert (replay["step"], replay["reproduced"]) == (5, True), log.rank

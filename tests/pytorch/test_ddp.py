@@ -153,3 +153,8 @@ def test_under_a_trainer_a_nan_on_one_rank_stops_both_at_the_same_step(tmp_path,
         assert norms[0] != norms[1] and all(0 < n < 100 for n in norms)
     weights = [torch.load(tmp_path / "run" / f"weights_rank{rank}.pt") for rank in (0, 1)]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+    # the trainer's own checkpoint of the stop, written by both ranks together (rank 0's file)
+    own = (tmp_path / "out" / f"checkpoint-{BAD_STEP}" / "trainer_state.json"
+           if pipeline == "HF Trainer" else
+           tmp_path / "run" / "checkpoints" / f"lightning_step{BAD_STEP}.ckpt")
+    assert own.exists()

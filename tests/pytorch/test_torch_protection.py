@@ -216,7 +216,8 @@ def test_a_loss_spike_under_skip_is_withheld_and_training_goes_on(tmp_path):
     assert monitor.stop_requested is None and len(steps) == 50
 
 
-def test_gradient_accumulation_records_the_mean_of_the_micro_batches(tmp_path):
+def test_gradient_accumulation_records_the_sum_of_the_losses_backpropagated(tmp_path):
+    # the objective whose gradient the step applies: the loop's mean over its window
     model = tiny_model()
     monitor = TrainMonitor(str(tmp_path / "run"), stream=io.StringIO())
     optimizer = monitor.protect(torch.optim.SGD(model.parameters(), lr=0.01), model=model)
@@ -227,7 +228,7 @@ def test_gradient_accumulation_records_the_mean_of_the_micro_batches(tmp_path):
     optimizer.step()
     monitor.observe(step=1)
     monitor.close()
-    expected = (losses[0].detach() / 2 + losses[1].detach() / 2) / 2
+    expected = losses[0].detach() / 2 + losses[1].detach() / 2
     assert records(tmp_path / "run", "step")[0]["loss"] == float(expected)
 
 

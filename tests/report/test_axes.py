@@ -3,7 +3,7 @@ spread shared by the summary and the report."""
 import math
 
 from mindwatch.report.axes import nice_ticks, panel_axis, tick_label
-from mindwatch.report.spread import min_median_max, per_step
+from mindwatch.report.spread import min_median_max, per_step, rank_spread, spread_text
 
 
 def panel(ys, log=False, hlines=(), x_range=None):
@@ -59,3 +59,14 @@ def test_spread():
                                          "max": [3.0, 6.0]}
     steps, stats = per_step([[1, 2], [2, 3]], [[1.0, math.nan], [4.0, 5.0]])
     assert steps == [1, 2, 3] and stats["median"] == [1.0, 4.0, 5.0]
+
+
+def test_a_rank_whose_value_is_not_finite_is_named_beside_the_spread():
+    spread = rank_spread({0: 2.0, 1: math.nan, 2: 2.4, 3: math.inf, 4: None})
+    assert spread == {"min": 2.0, "median": 2.2, "max": 2.4,
+                      "nonfinite": {"1": "NaN", "3": "Infinity"}}
+    assert spread_text(spread) == "min/median/max 2/2.2/2.4, nan on rank 1, inf on rank 3"
+    none_finite = rank_spread({0: math.nan, 1: math.nan})
+    assert spread_text(none_finite) == "nan on ranks 0, 1"
+    assert spread_text(rank_spread({0: 1.0, 1: 3.0})) == "min/median/max 1/2/3"
+    assert rank_spread({0: None}) is None

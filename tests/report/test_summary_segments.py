@@ -76,7 +76,8 @@ def test_a_clean_resume_after_an_anomaly_stop_is_healthy(tmp_path, clock, capsys
         "events": [{"step": 6, "kinds": ["loss_nonfinite"], "actions": ["checkpoint", "stop"],
                     "checkpoint": None, "report": first["events"][0]["report"],
                     "message": "loss is nan at step 6", "replay_verdict": None,
-                    "line": "loss_nonfinite at step 6: loss is nan at step 6 [checkpoint+stop]"}]}
+                    "line": "loss_nonfinite at step 6: loss is nan at step 6 [checkpoint+stop]"}],
+        "unwatched": []}
     assert first["events"][0]["report"].endswith("step6_rank0.json")
     assert (latest["segment"], latest["latest"], latest["first_step"], latest["last_step"],
             latest["first_loss"], latest["last_loss"], latest["anomalies"]) == (

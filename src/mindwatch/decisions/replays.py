@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import records
@@ -35,7 +35,7 @@ from ..anomaly import TRANSIENT_FAULT, Anomaly
 from ..basics import format as fmt
 from ..observation import ReplayOutcome, StepObservation
 from ..records import Anomaly as AnomalyRecord
-from ..records import Replay
+from ..records import FrameworkMemory, Hardware, Replay
 
 
 def same(first: float | None, again: float | None) -> bool:
@@ -45,17 +45,45 @@ def same(first: float | None, again: float | None) -> bool:
     return first == again or (math.isnan(first) and math.isnan(again))
 
 
+def device_shown(device: int | None, hardware: Mapping[str, Any] | None) -> int | None:
+    """The device index to name for this process: ``device`` (its local rank, the index a
+    launcher gives it), unless the latest hardware sample (``hardware``, a ``hardware``
+    record; None: none taken yet, nothing known) shows no device: its framework trains on
+    the CPU (``framework_memory.device_target``), or, without that, it lists no device.
+    A CPU-only run has no device 1 to blame."""
+    if hardware is None:
+        return device
+    memory = hardware.get(Hardware.FRAMEWORK_MEMORY)
+    target = memory.get(FrameworkMemory.DEVICE_TARGET) if isinstance(memory, Mapping) else None
+    if target is not None:
+        return None if str(target).upper() == "CPU" else device
+    return device if hardware.get(Hardware.DEVICES) else None
+
+
+def place_text(host: str | None, device: int | None) -> str:
+    """"host node-a, device 3", or "host node-a" for a process with no device."""
+    return f"host {host or 'unknown'}" + ("" if device is None else f", device {device}")
+
+
 class Replays:
     """``replay``: the framework's hook (None: this set-up cannot replay); ``emit(kind,
     fields)``: the record writer's; ``rank`` and ``device`` (the local rank, the device
-    index a launcher gives it) name this process in a ``transient_fault``."""
+    index a launcher gives it) name this process in a ``transient_fault``; ``hardware``:
+    the latest hardware record (None before the first), which tells whether there is a
+    device at all (``device_shown``)."""
 
     def __init__(self, *, replay: Callable[[], ReplayOutcome | None] | None,
-                 emit: Callable[[str, dict[str, Any]], Any], rank: int, device: int | None):
+                 emit: Callable[[str, dict[str, Any]], Any], rank: int, device: int | None,
+                 hardware: Callable[[], Mapping[str, Any] | None] | None = None):
         self._replay, self._emit, self._rank = replay, emit, rank
-        self._place = (socket.gethostname(), device)
+        self._host, self._device, self._hardware = socket.gethostname(), device, hardware
         self._epoch: int | None = None
         self._epoch_first_step = 1
+
+    @property
+    def _place(self) -> tuple[str, int | None]:
+        latest = self._hardware() if self._hardware is not None else None
+        return self._host, device_shown(self._device, latest)
 
     def review(self, obs: StepObservation, found: list[Anomaly]) -> list[Anomaly]:
         if obs.epoch != self._epoch:
@@ -94,9 +122,9 @@ class Replays:
             found.append(Anomaly(
                 TRANSIENT_FAULT, obs.step, outcome.grad_norm, None,
                 f"step {obs.step} computed again on the same batch and the same weights came "
-                f"out healthy ({numbers}): a transient fault on rank {rank} (host {place[0]}, "
-                f"device {place[1]}) is likely (silent data corruption or a flaky link); the "
-                "update stays withheld", origin_rank=rank, origin_place=place))
+                f"out healthy ({numbers}): a transient fault on rank {rank} "
+                f"({place_text(*place)}) is likely (silent data corruption or a flaky link); "
+                "the update stays withheld", origin_rank=rank, origin_place=place))
         else:
             verdict = (f"computed again on the same batch and weights it failed again, "
                        f"though not bit-identically ({numbers}: dropout, or kernels that are "

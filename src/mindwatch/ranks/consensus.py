@@ -100,15 +100,18 @@ class RankConsensus:
 
 
 def consensus_of(rank: RankInfo, world_size: int, reduce_sum: Callable[[], ReduceSum] | None,
-                 peers: Peers, notice: Callable[[str], None], missing: str
-                 ) -> RankConsensus | None:
+                 peers: Peers, notice: Callable[[str], None], missing: str, *,
+                 on_device: bool = True) -> RankConsensus | None:
     """The consensus of this job's ``world_size`` ranks, with ``peers.places`` filled in;
     ``reduce_sum``: the framework's all-reduce maker, None when its communication is not
     initialised (or knows another world size): then None, and ``missing`` (what to call)
-    said once through ``notice``, since each rank stops on its own anomalies only."""
+    said once through ``notice``, since each rank stops on its own anomalies only.
+    ``on_device``: the ranks train on devices (their local rank names one); False on the
+    CPU, where a rank has no device to name."""
     if reduce_sum is not None and rank.world_size == world_size:
         consensus = RankConsensus(rank.rank, rank.world_size, reduce_sum())
-        peers.places = consensus.places(socket.gethostname(), rank.local_rank)
+        peers.places = consensus.places(socket.gethostname(),
+                                        rank.local_rank if on_device else None)
         return consensus
     notice(f"{world_size} ranks but {missing}: each rank stops on its own anomalies only, "
            "and stragglers are not detected")

@@ -18,6 +18,7 @@ from ..anomaly import (
     Anomaly,
 )
 from ..basics import format as fmt
+from ..decisions.replays import place_text
 from ..detectors.base import Detector
 from ..detectors.straggler import StragglerDetector
 from ..policy import SKIP, Policy
@@ -86,7 +87,7 @@ class Peers:
         if origin is None:
             return found
         host, device = self.places.get(origin, (None, None))
-        where = f" (host {host}, device {device})" if host is not None else ""
+        where = f" ({place_text(host, device)})" if host is not None else ""
         others = ", ".join(fmt.number(v) for r, v in enumerate(norms) if r != origin)
         for anomaly in kinds:
             anomaly.origin_rank, anomaly.origin_place = origin, (host, device)

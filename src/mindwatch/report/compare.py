@@ -26,6 +26,7 @@ from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, run_sett
 from .png import draw_pngs, marked_steps
 from .recovery import comparison_recovery
 from .runs import RunRow, run_row
+from .watched import run_not_watched
 
 _esc = html.escape
 _MISSING = object()     # a setting a run does not have, told apart from a null value
@@ -100,6 +101,9 @@ def render_compare(runs: list[RunLog], labels: list[str], *, max_points: int = 2
             zip(labels, events, strict=True) if len(found) > MAX_ANOMALY_ROWS]
     title = "mindwatch report: " + " vs ".join(labels)
     verdict = f"{total} anomalies" if total else "no anomalies"
+    unwatched = [f"{label} {text}" for label, found in zip(labels, scans, strict=True)
+                 if (text := run_not_watched([(s.rank, s.scan) for s in found]))]
+    verdict += "".join(f", {text}" for text in unwatched)
     ranks = sum(len(run.ranks) for run in runs)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

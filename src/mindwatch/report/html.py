@@ -30,6 +30,7 @@ from .heatmaps import build_heatmaps
 from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, run_settings, scan_logs
 from .recovery import recovery_section
 from .summary import hang_text, skipped_note
+from .watched import run_not_watched
 
 _esc = html.escape
 _STRICT = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
@@ -174,6 +175,8 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
     more = len(events) - MAX_ANOMALY_ROWS
     title = f"mindwatch report: {run.directory}"
     verdict = f"{len(anomalies)} anomalies" if anomalies else "no anomalies"
+    unwatched = run_not_watched([(scanned.rank, scanned.scan) for scanned in scans])
+    verdict += f", {unwatched}" if unwatched else ""
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{_esc(title)}</title>", f"<style>{_CSS}</style></head><body>",

@@ -1,14 +1,20 @@
 """The spread of a value across ranks: its min, median and max, finite values only (a NaN on
-one rank is an anomaly of that rank, not a point of the spread)."""
+one rank is an anomaly of that rank, not a point of the spread). Where each rank's own value
+is shown (``rank_spread``: the summary's loss at a step), a rank whose value is not finite is
+named beside the spread, not left out of it in silence."""
 from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
-from typing import TypeGuard, cast
+from typing import Any, TypeGuard, cast
+
+from ..basics import format as fmt
+from ..records import to_strict
 
 STATS = ("min", "median", "max")
+NONFINITE = "nonfinite"
 _BLOCK = 8192
 
 
@@ -25,6 +31,33 @@ def min_median_max(values: Iterable[float | None]) -> dict[str, float] | None:
     """``{"min", "median", "max"}`` of the finite values; None when there is none."""
     row = sorted(v for v in values if _finite(v))
     return dict(zip(STATS, _stats(row), strict=True)) if row else None
+
+
+def rank_spread(values: Mapping[int, float | None]) -> dict[str, Any] | None:
+    """``values``: each rank's value. ``{"min", "median", "max"}`` of the finite ones (each
+    None when none is), and ``"nonfinite"``: ``{rank: "NaN" | "Infinity" | "-Infinity"}``
+    for each rank whose value is not finite (the rank as a str, as JSON keys are; empty
+    when there is none). None when no rank has a value."""
+    bad = {str(rank): to_strict(value) for rank, value in values.items()
+           if isinstance(value, float) and not math.isfinite(value)}
+    stats = min_median_max(values.values())
+    if stats is None and not bad:
+        return None
+    return {**(stats or dict.fromkeys(STATS)), NONFINITE: bad}
+
+
+def spread_text(spread: Mapping[str, Any]) -> str:
+    """"min/median/max 2/2.2/2.4", then the ranks whose value is not finite: "min/median/max
+    2/2.2/2.4, nan on rank 1"; "nan on ranks 0, 1" when none is finite (``rank_spread``)."""
+    finite = spread[STATS[0]] is not None
+    text = ("min/median/max " + "/".join(fmt.number(spread[s]) for s in STATS)
+            if finite else "")
+    by_value: dict[str, list[str]] = {}
+    for rank, value in spread.get(NONFINITE, {}).items():
+        by_value.setdefault(fmt.number(float(value)), []).append(rank)
+    bad = ", ".join(f"{value} on rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)}"
+                    for value, ranks in by_value.items())
+    return ", ".join(part for part in (text, bad) if part)
 
 
 def _stats(row: Sequence[float]) -> tuple[float, float, float]:

@@ -1,9 +1,10 @@
 """``mindwatch summary``: a short verdict of a run, as text or JSON.
 
-Healthy (exit 0) means every rank's latest segment ended ``completed`` and logged no anomaly.
-Anything else readable is exit 1, and the verdict names it: anomalies, then the endings that
-are not ``completed`` (an error, a signal, an abort, a run with no ``end`` record because it
-still runs or died). Unreadable input never gets here (exit 2).
+Healthy (exit 0) means every rank's latest segment ended ``completed``, logged no anomaly and
+was watched (report/watched.py). Anything else readable is exit 1, and the verdict names it:
+anomalies, then the endings that are not ``completed`` (an error, a signal, an abort, a run
+with no ``end`` record because it still runs or died), then NOT WATCHED with the fix.
+Unreadable input never gets here (exit 2).
 
 A run resumed into its log directory holds several segments (``runlog/segments.py``). The
 verdict, and each rank's figures, are its latest segment's: a resume is how a user answers a
@@ -24,7 +25,8 @@ from ..records import Anomaly, Common, End, Rewind, Step
 from ..runlog import RankScan, RunLog
 from ..runlog.segments import Segment
 from ..runlog.steps import StepIndex, last_common_step
-from .spread import STATS, min_median_max
+from .spread import STATS, min_median_max, rank_spread, spread_text
+from .watched import not_watched, segment_fixes
 
 HEALTHY, ANOMALIES = 0, 1
 # Summary keys that are not record fields: a rank's end reason, the anomalies found, and
@@ -35,6 +37,7 @@ NO_END = "running or crashed (no end record)"
 # An earlier segment with no `end` record is not running: a later one began after it.
 CRASHED = "crashed (no end record)"
 _SEGMENTS, _EARLIER = "segments", "earlier_anomalies"
+_UNWATCHED = "unwatched"             # the fixes of what kept mindwatch from watching
 # The verdict's word for each way a rank can end other than "completed", worst first. A
 # "stopped" run with anomalies was stopped by them: the anomalies say it already.
 _ENDINGS = {records.ERROR: "FAILED", records.SIGNAL: "STOPPED BY SIGNAL",
@@ -72,18 +75,24 @@ def summarize(run: RunLog) -> dict[str, Any]:
             "skipped_at": list(log.skipped_at),
             _ANOMALIES: _anomalies(latest),
             _EVENTS: _events(latest),
+            _UNWATCHED: segment_fixes(latest),
             _SEGMENTS: [_segment(number, segment, len(scan.segments))
                         for number, segment in enumerate(scan.segments, start=1)],
         })
     anomalies = sum(len(r[_ANOMALIES]) for r in ranks)
-    spread = _spread(scans) if len(scans) > 1 else None
-    healthy = anomalies == 0 and all(r[_END] == records.COMPLETED for r in ranks)
+    spread = _spread(scans, [log.rank for log in run.ranks]) if len(scans) > 1 else None
+    unwatched = not_watched({r[Common.RANK]: r[_UNWATCHED] for r in ranks}, len(ranks))
+    healthy = anomalies == 0 and all(r[_END] == records.COMPLETED for r in ranks) \
+        and unwatched is None
     hangs = [{Common.RANK: log.rank, **{name: a.get(name) for name in HANG_FIELDS}}
              for log, scan in zip(run.ranks, scans, strict=True)
              for a in scan.segments[-1].anomalies if a.get(Anomaly.ANOMALY) == HANG]
     return {"directory": run.directory, "healthy": healthy,
             THROUGHPUT: _throughput(ranks),
-            "verdict": _verdict(anomalies, [r[_END] for r in ranks], hangs),
+            "verdict": _verdict(anomalies, [r[_END] for r in ranks], hangs, unwatched),
+            # each rank whose latest segment mindwatch could not watch, with the fix
+            _UNWATCHED: [{Common.RANK: r[Common.RANK], "fix": fix}
+                         for r in ranks for fix in r[_UNWATCHED]],
             _ANOMALIES: anomalies, "skipped_lines": sum(r["skipped_lines"] for r in ranks),
             # Recovery (on_anomaly "skip" and "rewind"): rewinds happen on every rank at once,
             # so they are counted once per run; withheld updates once per rank.
@@ -124,7 +133,8 @@ def _segment(number: int, segment: Segment, count: int) -> dict[str, Any]:
             "first_loss": segment.first_loss, "last_loss": segment.last_loss,
             "last_loss_smooth": segment.last_loss_smooth,
             "skipped_steps": segment.skipped_steps, "rewinds": _rewinds(segment),
-            _ANOMALIES: _anomalies(segment), _EVENTS: _events(segment)}
+            _ANOMALIES: _anomalies(segment), _EVENTS: _events(segment),
+            _UNWATCHED: segment_fixes(segment)}
 
 
 def _throughput(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -138,7 +148,8 @@ def _throughput(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
             for name, values in found.items()}
 
 
-def _verdict(anomalies: int, endings: list[str], hangs: list[dict[str, Any]]) -> str:
+def _verdict(anomalies: int, endings: list[str], hangs: list[dict[str, Any]],
+             unwatched: str | None = None) -> str:
     words = [fmt.count(anomalies, "ANOMALY", "ANOMALIES")] if anomalies else []
     hung = sorted({h[Common.RANK] for h in hangs})
     if hung:
@@ -147,22 +158,26 @@ def _verdict(anomalies: int, endings: list[str], hangs: list[dict[str, Any]]) ->
              and not (ending == records.STOPPED and anomalies)]
     unknown = sorted({f"ENDED {e.upper()}" for e in endings
                       if e not in _ENDINGS and e != records.COMPLETED})
-    return ", ".join(words + known + unknown) or "HEALTHY"
+    # last: its fix is a sentence, which may hold commas of its own
+    return ", ".join(words + known + unknown + ([unwatched] if unwatched else [])) \
+        or "HEALTHY"
 
 
-def _spread(scans: list[RankScan]) -> dict[str, Any] | None:
-    """Across ranks: the loss at the last step all ranks logged, and each rank's median step
-    time (a straggler shows as a wide step-time spread only without data parallelism; with
-    it, see the ``straggler`` anomalies). A step logged twice (a resumed run) counts once,
-    with its last record."""
+def _spread(scans: list[RankScan], ranks: list[int]) -> dict[str, Any] | None:
+    """Across ranks: the loss at the last step all ranks logged (a rank whose loss is not
+    finite named as such: ``rank_spread``), and each rank's median step time (a straggler
+    shows as a wide step-time spread only without data parallelism; with it, see the
+    ``straggler`` anomalies). A step logged twice (a resumed run) counts once, with its last
+    record."""
     at = [StepIndex(scan.steps[Step.STEP], scan.ascending) for scan in scans]
     last = last_common_step(at)
     if last is None:
         return None
     times = [scan.step_time_median for scan in scans if scan.step_time_median is not None]
     return {Step.STEP: last,
-            Step.LOSS: min_median_max(scan.steps[Step.LOSS][index.position(last)]
-                                      for index, scan in zip(at, scans, strict=True)),
+            Step.LOSS: rank_spread({rank: scan.steps[Step.LOSS][index.position(last)]
+                                    for rank, index, scan in zip(ranks, at, scans,
+                                                                 strict=True)}),
             Step.STEP_TIME_S: min_median_max(times)}
 
 
@@ -197,8 +212,7 @@ def render_text(summary: dict[str, Any]) -> str:
     if spread:
         parts = [f"across {len(summary['ranks'])} ranks"]
         if spread[Step.LOSS]:
-            parts.append(f"loss at step {spread[Step.STEP]} min/median/max "
-                         + "/".join(fmt.number(spread[Step.LOSS][s]) for s in STATS))
+            parts.append(f"loss at step {spread[Step.STEP]} {spread_text(spread[Step.LOSS])}")
         if spread[Step.STEP_TIME_S]:
             parts.append("median step time min/median/max "
                          + "/".join(fmt.duration(spread[Step.STEP_TIME_S][s]) for s in STATS))
@@ -231,6 +245,8 @@ def _segment_text(segment: dict[str, Any]) -> str:
         parts.append(fmt.count(len(segment["rewinds"]), "rewind"))
     parts.append(counts(len(segment[_ANOMALIES]), len(segment[_EVENTS]))
                  if segment[_ANOMALIES] else "no anomaly")
+    if segment[_UNWATCHED]:
+        parts.append(f"not watched: {'; '.join(segment[_UNWATCHED])}")
     return (f"segment {segment['segment']} ({where}, {ending}), "
             f"{'latest' if segment['latest'] else 'earlier'}: " + "; ".join(parts))
 

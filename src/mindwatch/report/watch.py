@@ -51,6 +51,7 @@ from ..runlog.follower import Follower
 from ..settings import check_number
 from .summary import skipped_note
 from .watch_state import LAST_ANOMALIES, SPARK_WIDTH, RankState, WatchState
+from .watched import not_watched
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 # The widest view measured for a file or a pipe, in columns: a bound for rich's measuring only;
@@ -95,6 +96,13 @@ def _devices(hardware: dict[str, Any] | None) -> str:
 
 
 def _status(state: RankState) -> Text:
+    status = _ending(state)
+    if state.fixes:             # never green: nothing was judged (report/watched.py)
+        return Text(f"{status.plain}, not watched", style="red")
+    return status
+
+
+def _ending(state: RankState) -> Text:
     if state.end is not None:
         reason = state.end.get(End.REASON)
         return Text(str(reason), style="green" if reason == records.COMPLETED else "red")
@@ -212,6 +220,9 @@ def render(state: WatchState, *, elapsed_s: float | None = None, final: bool = F
                              fmt.gigabytes(hw.get(Hardware.MEM_USED_GB)),
                              fmt.gigabytes(hw.get(Hardware.RSS_GB)), _devices(hw))
     parts: list[Any] = [table]
+    unwatched = not_watched({rank: rs.fixes for rank, rs in ranks.items()}, len(ranks))
+    if unwatched:
+        parts.append(Text(unwatched, style="red"))
     if state.skipped:
         parts.append(Text("; ".join(f"rank {rank}: {skipped_note(count, at)}" for rank, (
             count, at) in sorted(state.skipped.items())) + " (torn or not run-log records)",

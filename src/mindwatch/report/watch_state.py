@@ -1,7 +1,8 @@
 """What the live view shows (``mindwatch watch``), folded from records: per rank the latest
 ``run`` record and the ``end`` of its latest segment, the latest step and hardware sample, the
-recent losses, the latest state record (inside the model) and the last anomalies as events
-(one per step, ``mindwatch.events``) with their counts.
+recent losses, the latest state record (inside the model), the last anomalies as events
+(one per step, ``mindwatch.events``) with their counts, and whether mindwatch could watch the
+latest segment (report/watched.py).
 
 Records come in two streams (``runlog.follower``): ``update`` gets each log's tail and then
 what is appended to it, ``update_history`` what lies before the tail, read later. The view is
@@ -16,7 +17,8 @@ from typing import Any
 
 from .. import records
 from ..events import Event, add, joined
-from ..records import Common, Run, Step
+from ..records import Common, Notice, Run, Step
+from .watched import unwatched_fixes
 
 SPARK_WIDTH = 16
 LAST_ANOMALIES = 5          # events shown, each a step's anomalies
@@ -37,14 +39,30 @@ class RankState:
     anomaly_count: int = 0
     event_count: int = 0
     last_anomaly: dict[str, Any] | None = None
+    # the latest segment's: its notices' fixes (Notice.UNWATCHED), its step records, and
+    # whether one held a loss or a gradient norm
+    unwatched: list[str] = field(default_factory=list)
+    steps: int = 0
+    measured: bool = False
+
+    @property
+    def fixes(self) -> list[str]:
+        """What kept mindwatch from watching the latest segment (empty: it watched)."""
+        return unwatched_fixes(self.unwatched, self.steps, self.measured)
 
     def fold(self, record: dict[str, Any]) -> None:
         kind = record.get(Common.KIND)
         if kind == records.RUN:
             self.run, self.end = record, None    # a new segment: running again
+            self.unwatched, self.steps, self.measured = [], 0, False
         elif kind == records.STEP:
             self.step = record
             self.losses.append(record.get(Step.LOSS))
+            self.steps += 1
+            self.measured = self.measured or record.get(Step.LOSS) is not None \
+                or record.get(Step.GRAD_NORM) is not None
+        elif kind == records.NOTICE and record.get(Notice.UNWATCHED):
+            self.unwatched.append(str(record[Notice.UNWATCHED]))
         elif kind == records.HARDWARE:
             self.hardware = record
         elif kind == records.STATE:
@@ -65,6 +83,12 @@ class RankState:
         both.step = self.step if self.step is not None else past.step
         both.hardware = self.hardware if self.hardware is not None else past.hardware
         both.state = self.state if self.state is not None else past.state
+        if self.run is not None:      # the latest segment began in the tail
+            both.unwatched, both.steps, both.measured = \
+                list(self.unwatched), self.steps, self.measured
+        else:
+            both.unwatched = [*past.unwatched, *self.unwatched]
+            both.steps, both.measured = past.steps + self.steps, past.measured or self.measured
         both.losses.extend([*past.losses, *self.losses])
         events = joined(past.events, self.events)
         # the tail's first event continues the history's last one: one event, not two

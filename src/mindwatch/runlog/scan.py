@@ -20,7 +20,7 @@ from operator import truth
 from typing import Any
 
 from .. import records
-from ..records import Common, Device, Hardware, State, Step, device_label
+from ..records import Common, Device, Hardware, Notice, State, Step, device_label
 from .batch import Batch
 from .columns import FLOAT, INT, Column, Columns, field_values, revived
 from .fast import DEVICE_FIELDS, HOST_FIELDS, STEP_FIELDS
@@ -84,9 +84,12 @@ class Scanner:
     def add(self, batch: Batch) -> None:
         scan = self.scan
         skipped: list[Any] = []
+        measured: tuple[list[Any], ...] = ()
         if batch.steps:
             self._columns.extend(batch.steps)
             skipped = field_values(batch.steps, Step.SKIPPED)
+            measured = tuple(field_values(batch.steps, name)
+                             for name in (Step.LOSS, Step.GRAD_NORM))
         if self._charts and batch.hardware:
             self._place(batch.hardware)
         done = 0                 # the batch's steps counted into a segment's withheld updates
@@ -102,10 +105,13 @@ class Scanner:
                 scan.run, scan.end = record, None      # a new segment: no end yet
                 if scan.segments or self._count + before:    # the steps before it end one
                     self._count_skipped(skipped[done:before])
+                    self._count_measured([column[done:before] for column in measured])
                     done = before
                 scan.segments.append(Segment(start=self._count + before))
             elif kind == records.END:
                 scan.end = self._segment().end = record
+            elif kind == records.NOTICE and record.get(Notice.UNWATCHED):
+                self._segment().unwatched.append(str(record[Notice.UNWATCHED]))
         for item in batch.states:
             step = item.get(State.STEP) if type(item) is dict else item.step
             if type(step) is int:               # what StateColumns.add takes
@@ -116,6 +122,7 @@ class Scanner:
             scan.states.flush()                 # a chunk's rows, cut into the columns now
         if skipped:
             self._count_skipped(skipped[done:] if done else skipped)
+            self._count_measured([column[done:] if done else column for column in measured])
         self._count += len(batch.steps)
 
     def _place(self, hardware: list[tuple[int, Any]]) -> None:
@@ -156,6 +163,13 @@ class Scanner:
         count = sum(map(truth, values))
         self.scan.skipped_steps += count
         self._segment().skipped_steps += count
+
+    def _count_measured(self, columns: list[list[Any]]) -> None:
+        """Whether the segment's steps (these columns of a batch: the losses, the norms)
+        hold a value; counted in C, since a run that logs them has no None to find."""
+        segment = self._segment()
+        if not segment.measured:
+            segment.measured = any(column.count(None) < len(column) for column in columns)
 
     def add_records(self, found: list[Record]) -> None:
         batch = Batch()

@@ -26,6 +26,11 @@ class Segment:
     rewinds: list[Record] = field(default_factory=list)
     end: Record | None = None       # its `end` record; None: it is running, or it died
     skipped_steps: int = 0          # its step records with a truthy `skipped`
+    # What mindwatch could not watch in it: the fix each notice with ``unwatched`` names
+    # (records.Notice.UNWATCHED), in order; and whether any of its step records holds a
+    # loss or a gradient norm (not null; NaN counts: it was seen). views: report/watched.py
+    unwatched: list[str] = field(default_factory=list)
+    measured: bool = False
     # Read off the columns by ``figures``; None when the segment logged no step (or no
     # finite loss, for the losses).
     first_step: Any = None

@@ -18,7 +18,7 @@ from ..settings import MonitorSettings
 from . import compat
 from .checkpoints.checkpoint import resume_snippet, save_atomically
 from .checkpoints.snapshots import TrainStateSnapshots
-from .checkpoints.training_state import TrainingState
+from .checkpoints.training_state import TrainingState, ddp_of, plain_module
 from .hardware.memory import torch_memory_reader
 from .probes.activation_probe import ActivationProbes
 from .probes.state_probe import StateProbe
@@ -155,13 +155,14 @@ class TrainMonitor:
                                         clip_grad_norm=clip_grad_norm,
                                         skip_anomalous_updates=skip_anomalous_updates)
         if self.monitor.world_size > 1 and initialised():
-            if isinstance(model, torch.nn.parallel.DistributedDataParallel) and \
-                    self._local_norms is None:
-                self._local_norms = LocalNorms.on(model, self.monitor.notice)
+            ddp = ddp_of(model)
+            if ddp is not None and self._local_norms is None:
+                self._local_norms = LocalNorms.on(ddp, self.monitor.notice)
             self.train_step.shared = SharedVerdict(self.monitor.rank, self.monitor.world_size,
                                                    self._local_norms)
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            model = model.module              # checkpoints hold the model's own names
+        # checkpoints, state records and activations name the model's own modules, without
+        # DDP's "module." or torch.compile's "_orig_mod."
+        model = plain_module(model)
         self._state.model, self._state.optimizer = model, optimizer
         probe = StateProbe(self.settings.state_interval, self._parameter_names)
         self.train_step.state_probe = probe
@@ -210,10 +211,7 @@ class TrainMonitor:
         if step is not None:
             step.add_loss(loss)
         else:
-            # unprotected: kept for observe all the same (TODO: the callback's owner builds
-            # ``self.loss_window = LossWindow()`` in __init__; observe reads it)
-            from .step.loss_window import LossWindow
-            vars(self).setdefault("loss_window", LossWindow()).add(loss)
+            self.loss_window.add(loss)          # unprotected: observe judges it all the same
         (loss if scaler is None else scaler.scale(loss)).backward(**kwargs)
 
     def observe(self, *, step: int, **fields: Any) -> list[Anomaly]:
@@ -273,7 +271,17 @@ class TrainMonitor:
 
     @property
     def stop_requested(self) -> Anomaly | None:
+        """What stops the current segment (an anomaly, a signal, another rank's stop), or
+        None: a loop breaks out once it is set after ``observe``, on every rank after the
+        same step."""
         return self.monitor.stop_requested
+
+    @property
+    def training_state(self) -> TrainingState:
+        """What checkpoints, snapshots and resume advice hold (the model, the protected
+        optimizer, its schedulers, the trainer that runs the loop); trainers/ fill in their
+        part."""
+        return self._state
 
     def state_dict(self) -> dict[str, Any]:
         """The detectors' windows and the loss average (plain JSON), to save beside the

@@ -1,9 +1,10 @@
 """Replays alone: what a replay that came out identical, healthy or different makes of the
 step's anomalies, and the batch's place in its epoch."""
 import math
+import socket
 
 from mindwatch.anomaly import Anomaly
-from mindwatch.decisions.replays import Replays, same
+from mindwatch.decisions.replays import Replays, device_shown, place_text, same
 from mindwatch.observation import ReplayOutcome, StepObservation
 
 
@@ -93,3 +94,28 @@ def test_steps_not_withheld_are_never_replayed_nor_without_a_hook():
     unreplayed = none.review(_obs(1), _found(1))[0]
     assert unreplayed.message == "loss is NaN" and unreplayed.fields == {}
     assert same(math.nan, math.nan) and same(None, None) and not same(1.0, None)
+
+
+def test_a_process_without_a_device_is_named_by_its_host_alone():
+    """The local rank is no device index on a CPU-only host: a real hardware sample of this
+    host tells (no device listed, or the framework's memory on the CPU)."""
+    from mindwatch.hardware.sampler import HardwareSampler, default_probes
+    sampler = HardwareSampler(interval_s=60.0, on_sample=lambda sample: None,
+                              **default_probes())
+    record = sampler.sample_once().to_record()
+    sampler.close()
+    host = socket.gethostname()
+    expected = 1 if record["devices"] else None        # this host: no NPU, no GPU driver
+    replays = Replays(replay=lambda: ReplayOutcome(loss=0.5, grad_norm=1.25, healthy=True),
+                      emit=lambda *a: None, rank=3, device=1, hardware=lambda: record)
+    fault = replays.review(_obs(7), _found(7))[-1]
+    assert fault.origin_place == (host, expected)
+    assert f"a transient fault on rank 3 ({place_text(host, expected)}) is likely" \
+        in fault.message
+    assert place_text(host, None) == f"host {host}"
+    # an accelerator's sample keeps the index; one whose framework trains on the CPU drops it
+    gpu = {**record, "devices": [{"type": "gpu", "index": 1}], "framework_memory": None}
+    assert device_shown(1, gpu) == 1
+    assert device_shown(1, {**gpu, "framework_memory": {"device_target": "CPU"}}) is None
+    assert device_shown(1, {"devices": [], "framework_memory": {"device_target": "Ascend"}}) == 1
+    assert device_shown(1, None) == 1               # no sample yet: nothing known

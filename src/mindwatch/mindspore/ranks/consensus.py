@@ -36,4 +36,5 @@ def consensus_for(world_size: int, notice: Callable[[str], None],
     return consensus_of(current_rank(), world_size,
                         mindspore_reduce_sum if communication_initialised() else None, peers,
                         notice, "MindSpore communication is not initialised "
-                        "(mindspore.communication.init())")
+                        "(mindspore.communication.init())",
+                        on_device=ms.get_context("device_target") != "CPU")

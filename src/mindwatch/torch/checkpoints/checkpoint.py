@@ -2,6 +2,8 @@
 
 One ``torch.save`` file: the model's ``state_dict`` (or, without a model, the optimizer's
 parameters in ``param_groups`` order), the optimizer's, each LR scheduler's, and the step.
+The model's keys are its plain module's (training_state.py: no ``_orig_mod.`` of
+``torch.compile``, no ``module.`` of DDP). The resume advice is resume.py's.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 import torch
 
 from ...basics.run_dir import apply_umask, checkpoint_path
-from ...decisions.anomaly_report import Snippet
+from .resume import resume_snippet as resume_snippet  # callback.py imports it from here
 from .training_state import TrainingState
 
 
@@ -33,18 +35,3 @@ def save_atomically(state: TrainingState, log_dir: str, step: int, rank: int,
             os.remove(temporary)
         raise
     return final
-
-
-def resume_snippet(path: str, state: TrainingState) -> Snippet:
-    lines = [f'saved = torch.load("{path}", weights_only=True)']
-    if state.model is not None:
-        lines.append('model.load_state_dict(saved["model"])')
-    else:
-        lines.append('for param, value in zip((p for g in optimizer.param_groups '
-                     'for p in g["params"]), saved["params"]):\n    param.data.copy_(value)')
-    lines.append('optimizer.load_state_dict(saved["optimizer"])')
-    if state.schedulers:
-        lines.append('for scheduler, saved_state in zip(schedulers, saved["schedulers"]):\n'
-                     '    scheduler.load_state_dict(saved_state)')
-    lines.append('# then train on from step saved["step"] + 1')
-    return Snippet("\n".join(lines), "python")

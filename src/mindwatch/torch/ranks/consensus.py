@@ -30,4 +30,12 @@ def consensus_for(world_size: int, notice: Callable[[str], None],
     return consensus_of(current_rank(), world_size,
                         torch_reduce_sum if initialised() else None, peers, notice,
                         "torch.distributed is not initialised "
-                        "(torch.distributed.init_process_group())")
+                        "(torch.distributed.init_process_group())",
+                        on_device=on_a_device())
+
+
+def on_a_device() -> bool:
+    """Whether this process trains on an accelerator (CUDA, or Ascend through torch_npu),
+    whose index its local rank is."""
+    npu = getattr(torch, "npu", None)
+    return torch.cuda.is_available() or bool(npu is not None and npu.is_available())

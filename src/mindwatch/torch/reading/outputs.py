@@ -4,12 +4,13 @@ The step leaves them on the device in one float32 vector (loss, pre-clip global 
 whether the update was applied, then each LR held as a tensor): a single read per step, the
 one a loop printing its loss makes anyway, and none during ``backward`` or the optimizer
 step. ``NaN`` stands for "not measured" where the host knows it was not (no loss handed to
-``monitor.backward``, no gradient).
+``monitor.backward``, no gradient). The read is kept: whoever needs the verdict first (the
+state settling after a withheld step, or ``observe``) makes it, the other reads nothing.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -30,9 +31,15 @@ class PendingStep:
     protected: bool                     # the update could have been withheld
     ranks: int = 0                      # local norms in the vector, one per rank
     rank: int = 0
+    _read: StepOutputs | None = field(default=None, init=False, repr=False, compare=False)
 
     def read(self) -> StepOutputs:
-        values = self.stats.tolist()        # the step's one read to the host
+        """The step's numbers on the host: one read, the first time only."""
+        if self._read is None:
+            self._read = self._outputs(self.stats.tolist())   # the step's one read
+        return self._read
+
+    def _outputs(self, values: list[float]) -> StepOutputs:
         local = values[STAT_RANKS:STAT_RANKS + self.ranks] or None
         tensor_lrs = iter(values[STAT_RANKS + self.ranks:])
         lrs = [next(tensor_lrs) if lr is None else lr for lr in self.lrs]

@@ -9,9 +9,15 @@ verdict (verdict.py), clipping to ``clip_grad_norm`` after measuring, the copies
 needs. After it: the update undone where the verdict says so (withholding.py). No value is
 read to the host in either on an accelerator; ``observe`` reads the step's numbers once
 (reading/outputs.py). On the CPU, where reading a value waits for nothing, the verdict is
-read when it is taken, and only a withheld step is copied and undone.
+read when it is taken, and only a withheld step is copied and undone, whole, in the post-hook.
 
-A withheld step leaves the parameters, the optimizer state and its step counts as they were.
+The step's loss is the sum of the losses backpropagated since the last step (loss_window.py).
+
+A withheld step leaves the parameters, the optimizer state and its step counts as they were,
+readable so as soon as ``optimizer.step()`` returns: on an accelerator, what the device could
+not select is settled at the first read of the optimizer's state (``optimizer.state``,
+``state_dict()``, ``load_state_dict()``: settling_state.py), else by ``observe`` or the next
+step, whichever comes first.
 An LR scheduler stepped by the loop still counts the step, as it counts the steps that AMP's
 ``GradScaler`` skips: the schedule follows the loop's steps.
 """
@@ -19,13 +25,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from ..probes.state_probe import StateProbe
 from ..ranks.shared_verdict import SharedVerdict
 from ..reading.outputs import PendingStep
+from .loss_window import LossWindow
 from .replay import StepReplay
+from .settling_state import SettlingState
 from .verdict import StepVerdict
 from .withholding import Withholding
 
@@ -41,10 +50,15 @@ class ProtectedStep:
         self.verdict = StepVerdict(grad_explode=grad_explode)
         self._withholding = Withholding()
         self.replay = StepReplay()              # the closures monitor.backward ran
-        self._loss_sum: torch.Tensor | None = None
-        self._losses = 0
+        self.losses = LossWindow()              # the losses backpropagated for the coming step
         self._apply: torch.Tensor | None = None
+        self._apply_known = False               # _apply read on the host (a withheld step)
+        self._measured = False                  # measure() ran for the coming step
         self.pending: PendingStep | None = None
+        # the step whose host part withholding has not settled (its verdict not yet read),
+        # and the view of optimizer.state that settles it when read
+        self._unsettled: PendingStep | None = None
+        self._view: SettlingState | None = None
         # On a CPU the verdict's value is on the host as soon as it is computed: reading it
         # waits for nothing, and a healthy step then needs no copy at all. On an accelerator
         # the read would wait for the device, so the step copies and selects there instead.
@@ -58,28 +72,47 @@ class ProtectedStep:
         self.state_probe: StateProbe | None = None
         self.state_due: Callable[[], bool] = lambda: False
         self._handles = [optimizer.register_step_pre_hook(self._before),
-                         optimizer.register_step_post_hook(self._after)]
+                         optimizer.register_step_post_hook(self._after),
+                         # state_dict() and load_state_dict() read the state: settled first
+                         optimizer.register_state_dict_pre_hook(self._settle_before_read),
+                         optimizer.register_load_state_dict_pre_hook(self._settle_before_read)]
 
     def remove(self) -> None:
+        self.settle_now()
         for handle in self._handles:
             handle.remove()
         self._handles = []
 
-    def add_loss(self, loss: torch.Tensor) -> None:
-        """One backward's loss; the step judges the mean of those since the last step (the
-        micro-batches of gradient accumulation)."""
-        loss = loss.detach().float().reshape(())
-        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
-        self._losses += 1
+    def add_loss(self, loss: torch.Tensor, *, scaler: Any = None) -> None:
+        """One backpropagated loss; the step judges the sum of those since the last step
+        (gradient accumulation's micro-batches: loss_window.py). ``scaler``: AMP's
+        ``GradScaler`` when ``loss`` is the scaled loss."""
+        self.losses.add(loss, scaler=scaler)
 
     def take(self) -> PendingStep | None:
         """The last step's numbers, once; the host's part of a withheld update is done when
-        they are read (``settle``)."""
+        they are read (``settle``). Losses backpropagated since without an optimizer step
+        (one AMP's ``GradScaler`` skipped) are dropped: they were that step's."""
         pending, self.pending = self.pending, None
+        if pending is None:
+            self.losses.take()
         return pending
 
     def settle(self, applied: bool) -> None:
+        """The host's part of the last step, given its verdict (``observe`` read it)."""
+        view, self._view = self._view, None
+        if view is not None:
+            view.release()
+        self._unsettled = None
         self._withholding.settle(applied)
+        if view is not None:
+            view.mirror()
+
+    def settle_now(self) -> None:
+        """The host's part of the last step, if any is left: its verdict read to the host
+        (the read ``observe`` makes; ``observe`` then reads nothing more)."""
+        if self._unsettled is not None:
+            self.settle(not self._unsettled.read().skipped)
 
     # -- the hooks --------------------------------------------------------------------------
     def _before(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
@@ -94,6 +127,10 @@ class ProtectedStep:
                 self.closures += 1
                 self._apply = None
             return
+        if self.in_closure and self._measured:
+            # measured already, by the trainer, after a closure run before the step: AMP's
+            # GradScaler under Lightning runs it, unscales, then calls step() without it
+            return
         self.measure()
 
     def measure(self) -> None:
@@ -102,6 +139,7 @@ class ProtectedStep:
         ``optimizer.step`` (``in_closure``) once they are ready."""
         self._settle_unread()
         self.replay.step_measured()
+        self._measured = True
         optimizer = self.optimizer
         with torch.no_grad():
             params = [p for group in optimizer.param_groups for p in group["params"]
@@ -110,10 +148,9 @@ class ProtectedStep:
             device = grads[0].device if grads else _device_of(optimizer)
             norm = (torch.nn.utils.get_total_norm(grads, 2.0, False, None).float()
                     if grads else None)
-            loss = None
-            if self._loss_sum is not None:
-                loss = (self._loss_sum / self._losses).to(device, non_blocking=True)
-            self._loss_sum, self._losses = None, 0
+            loss = self.losses.take()
+            if loss is not None:
+                loss = loss.to(device, non_blocking=True)
             lrs = [group["lr"] for group in optimizer.param_groups]
             host_lrs = [None if isinstance(lr, torch.Tensor) else float(lr) for lr in lrs]
             tensor_lrs = [lr for lr in lrs if isinstance(lr, torch.Tensor)]
@@ -130,6 +167,7 @@ class ProtectedStep:
                 if not on_host or not bool(apply):
                     self._withholding.before(optimizer, params)
                     self._apply, copied = apply, True
+                    self._apply_known = on_host
             if self.state_probe is not None and self.state_due():
                 self.state_probe.begin(params, grads, self._withholding.params_before()
                                        if copied else None)
@@ -147,16 +185,26 @@ class ProtectedStep:
                 rank=self.shared.rank if self.shared is not None else 0)
 
     def _after(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
-        if self._apply is not None:
-            self._withholding.after(self._apply)
-            self._apply = None
+        apply, self._apply = self._apply, None
+        self._measured = False
+        if apply is None:
+            return
+        if self._apply_known:                 # the host read it: withheld, undone whole now
+            self._withholding.restore()
+        elif self._withholding.after(apply):
+            # what the device could not select waits for the verdict: the first read of
+            # the state, observe, or the next step reads it
+            assert self.pending is not None           # measure() left the step's numbers
+            self._unsettled = self.pending
+            self._view = SettlingState.install(optimizer, self.settle_now)
+
+    def _settle_before_read(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
+        self.settle_now()
 
     def _settle_unread(self) -> None:
-        """A step nobody observed: its verdict is read now (a read to the host), so that
-        the host's part of a withheld update is done before the next step."""
-        if self.pending is not None and self.skip_anomalous:
-            outputs = self.pending.read()
-            self.settle(not outputs.skipped)
+        """Before a step: the last one's host part, if any is left (its verdict read now,
+        if nobody observed it), so the optimizer finds its state as the verdict left it."""
+        self.settle_now()
         self.pending = None
 
 

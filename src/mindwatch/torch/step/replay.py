@@ -69,8 +69,9 @@ class StepReplay:
     def replay(self, params: Sequence[torch.nn.Parameter], verdict: StepVerdict,
                lrs: Sequence[float], discard: Callable[[], Any] = lambda: None,
                ) -> ReplayOutcome | None:
-        """The last step again: its mean loss and pre-clip global norm, computed as the
-        protected step computed them, and whether they are within the step's bounds."""
+        """The last step again: its loss (the sum over its closures, loss_window.py) and
+        pre-clip global norm, computed as the protected step computed them, and whether they
+        are within the step's bounds."""
         calls, self.last = self.last, []
         if not calls:
             return None
@@ -92,13 +93,12 @@ class StepReplay:
             assert loss_sum is not None
             with torch.no_grad():
                 grads = [p.grad for p in params if p.grad is not None]
-                mean = loss_sum / len(calls)
                 if grads:
                     norm = torch.nn.utils.get_total_norm(grads, 2.0, False, None).float()
                     loss_value, norm_value = torch.stack(
-                        [mean.to(norm.device), norm]).tolist()
+                        [loss_sum.to(norm.device), norm]).tolist()
                 else:
-                    loss_value, norm_value = mean.item(), None
+                    loss_value, norm_value = loss_sum.item(), None
         finally:
             for param in params:
                 param.grad = None

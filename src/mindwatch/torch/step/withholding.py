@@ -4,21 +4,25 @@ A ``torch.optim`` step updates the parameters and its state in place, with no wa
 conditional on a device value without reading that value to the host. So the step runs
 always, and the update is undone where it must be: before the step every tensor it may change
 (each parameter with a gradient, each tensor of its optimizer state) is copied into a buffer
-kept from step to step; after it, ``torch.where(apply, new, old)`` writes back into each
-parameter either the step's values or the copy, bit for bit, on the device: the next forward
-computes with the right weights whatever the host has read. Nothing is read to the host.
+kept from step to step; after it, ``torch.where(apply, new, old)`` writes back into each of
+them either the step's values or the copy, bit for bit, on the device. When
+``optimizer.step()`` returns, whatever the host has read, the parameters and the state are
+those the verdict chose: the next forward, a checkpoint, ``optimizer.state_dict()`` read
+between the step and ``observe``.
 
-The optimizer state is read again only by the next optimizer step, and ``observe`` reads the
-step's verdict before it (or, if nobody observed the step, the next step's pre-hook does). So
-the state is put back then, on the host's word and only after a withheld update: on a
-healthy step it costs its copy, not a second pass. The host also settles what the device
-could not select: state an optimizer creates at its first step (removed again), state values
-held as Python numbers, and parameters on another device than the verdict.
+Some of it the device cannot select; the host settles it once it knows the verdict
+(``settle``): state the step created (removed again after a withheld step), state values
+held as Python numbers, state tensors the step replaced by new ones, and tensors on the CPU
+beside a verdict on an accelerator (Adam's ``step`` counts unless ``capturable``). ``after``
+says whether any of that is left; the protected step then has it settled at the first read
+of the optimizer's state (settling_state.py), else by ``observe`` or the next step.
+
+Where the verdict is on the host already (the CPU), a withheld step is undone whole by the
+host as soon as the step returns (``restore``), and a healthy one is never copied.
 
 Cost (``benchmarks/torch_overhead.py``): one more copy of the parameters and optimizer state
 in memory (with AdamW, three times the weights' bytes); per healthy step on an accelerator, a
-copy of them and a select over the parameters. On the CPU the protected step reads its
-verdict first and calls ``before`` only for a step it withholds (protection.py).
+copy of them and a select over them (reading two tensors, writing one).
 """
 from __future__ import annotations
 
@@ -76,16 +80,17 @@ class Withholding:
         return [buffer for (holder, _), buffer in zip(self._slots, self._buffers, strict=True)
                 if holder is None]
 
-    def after(self, apply: torch.Tensor) -> None:
-        """Each parameter: the step's values where ``apply``, the copy elsewhere; the state
-        and what the device cannot select wait for ``settle``."""
+    def after(self, apply: torch.Tensor) -> bool:
+        """Each parameter and state tensor: the step's values where ``apply``, the copy
+        elsewhere, selected on the device. Returns whether the host has a part left for
+        ``settle`` (nothing is read to the host to know it)."""
         self._deferred = []
         verdicts = {apply.device: apply}
         with torch.no_grad():
-            for index, ((holder, _), tensor) in enumerate(zip(self._slots, self._tensors,
-                                                              strict=True)):
-                if holder is not None or (tensor.device.type == "cpu"
-                                          and apply.device.type != "cpu"):
+            slots = zip(self._slots, self._tensors, strict=True)
+            for index, ((holder, key), tensor) in enumerate(slots):
+                replaced = holder is not None and holder.get(key) is not tensor
+                if replaced or (tensor.device.type == "cpu" and apply.device.type != "cpu"):
                     self._deferred.append(index)
                     continue
                 verdict = verdicts.get(tensor.device)
@@ -93,6 +98,31 @@ class Withholding:
                     verdict = verdicts[tensor.device] = apply.to(tensor.device,
                                                                  non_blocking=True)
                 torch.where(verdict, tensor, self._buffers[index], out=tensor)
+        if self._deferred or self._changed():
+            return True
+        self._optimizer = None                       # nothing left: settled
+        return False
+
+    def restore(self) -> None:
+        """A step the host knows was withheld: every tensor copied back and the state's
+        structure put back, now (no select on the device)."""
+        self._deferred = list(range(len(self._slots)))
+        self.settle(False)
+
+    @property
+    def unsettled(self) -> bool:
+        """The last step has a host part not yet settled."""
+        return self._optimizer is not None
+
+    def _changed(self) -> bool:
+        """Whether the step changed what only the host can put back: keys added to a
+        state, state for a parameter that had none, a number."""
+        assert self._optimizer is not None
+        state = self._optimizer.state
+        return (any(entries.keys() - keys for entries, keys in self._keys)
+                or any(state.get(param) for param in self._fresh)
+                or any(not _same_number(entries.get(key, _MISSING), value)
+                       for entries, key, value in self._numbers))
 
     def settle(self, applied: bool) -> None:
         """The host's part, once the verdict is read: after a withheld update, put back the
@@ -117,6 +147,14 @@ class Withholding:
         for param in self._fresh:                    # no state before: none after
             optimizer.state.pop(param, None)
         self._deferred = []
+
+
+_MISSING = object()
+
+
+def _same_number(current: Any, value: Any) -> bool:
+    # the type first: a tensor's == would be a tensor, and its truth a read to the host
+    return type(current) is type(value) and current == value
 
 
 def _same_layout(buffers: Sequence[torch.Tensor], tensors: Sequence[torch.Tensor]) -> bool:

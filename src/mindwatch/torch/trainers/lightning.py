@@ -5,18 +5,36 @@
 optimizer's pre-hook. So the step is measured and judged in ``on_before_optimizer_step``,
 which Lightning runs inside the closure once backward is done and before its own
 ``gradient_clip_val`` clips: the norm is the pre-clip norm; the update is withheld by the
-optimizer's post-hook as in a plain loop. The loss is the one ``training_step`` returned
-(``on_before_backward``, times ``accumulate_grad_batches``, which Lightning divided it by).
-One optimizer is protected: the first (automatic optimization has one).
+optimizer's post-hook as in a plain loop. The loss is what Lightning backpropagates
+(``on_before_backward``): ``training_step``'s loss divided by ``accumulate_grad_batches``,
+summed over the step's batches, i.e. their mean over a full accumulation window.
+One optimizer is protected: the first (automatic optimization has one). A step's samples
+(for samples/s) are the batches Lightning hands the step, each counted by the first dimension
+of the first tensor found in it (batch.py).
+
+A stop sets ``trainer.should_stop``. One that asks for a checkpoint has Lightning write its
+own of the step too (``trainer.save_checkpoint``, beside mindwatch's in ``checkpoints/``, as
+``lightning_step<N>.ckpt``), which the anomaly report's resume advice names for
+``trainer.fit(..., ckpt_path=...)``: the step's update was withheld, so it holds the state
+before the step, and Lightning goes on at the next step. Under ``stop_exit_code`` the process
+exits from the ``teardown`` of "fit", after Lightning's train end, its own teardown and
+``on_fit_end``, and after the callbacks after this one have torn down (stopping.py):
+Lightning then finalises its loggers as "failed", and the code after ``trainer.fit`` does not
+run.
 """
 from __future__ import annotations
 
+import os
+from functools import partial
 from typing import Any
 
 from lightning.pytorch import Callback
 from torch.nn.parallel import DistributedDataParallel
 
 from ..callback import TrainMonitor
+from ..checkpoints.training_state import LIGHTNING
+from .batch import samples_in
+from .stopping import asks_checkpoint, exit_once_ended, later
 
 
 class LightningCallback(Callback):
@@ -28,12 +46,16 @@ class LightningCallback(Callback):
             "Lightning computes the step's batches itself (replay needs a plain "
             "loop whose monitor.backward is given a closure)")
         self._observed = 0
+        self._samples: int | None = 0         # the batches' samples since the last step
+        self._training = self.train_monitor.training_state
+        self._training.trainer = LIGHTNING
 
     @property
     def monitor(self):
         return self.train_monitor.monitor
 
     def on_train_start(self, trainer, pl_module) -> None:
+        self._samples = 0
         if not trainer.optimizers:
             return
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
@@ -50,31 +72,58 @@ class LightningCallback(Callback):
                                 "the first")
         total = trainer.estimated_stepping_batches
         self.monitor.start(total_steps=int(total) if total not in (None, float("inf"))
-                           else None)
+                           else None, after_step=trainer.global_step)
         self._observed = trainer.global_step
-        self.monitor.rewinds.begin(trainer.global_step)
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
+        # ``loss``: the one backpropagated, training_step's divided by
+        # accumulate_grad_batches (even in an epoch's last, shorter window) and, under
+        # "16-mixed", multiplied by the GradScaler's scale, divided out again here
         step = self.train_monitor.train_step
         if step is not None and pl_module.automatic_optimization:
-            step.add_loss(loss.detach() * trainer.accumulate_grad_batches)
+            step.add_loss(loss, scaler=getattr(trainer.precision_plugin, "scaler", None))
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         step = self.train_monitor.train_step
         if step is not None and getattr(optimizer, "optimizer", optimizer) is step.optimizer:
             step.measure()
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        # each batch of the step (accumulate_grad_batches of them, fewer at an epoch's end);
+        # one without a tensor leaves the step's count unknown
+        size = samples_in(batch)
+        self._samples = None if size is None or self._samples is None else \
+            self._samples + size
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step <= self._observed:       # accumulating: no step yet
             return
         self._observed = trainer.global_step
+        samples, self._samples = self._samples or None, 0
+        # where Lightning's own checkpoint of this step goes, for the resume advice of a
+        # stop found now; written below only when the stop asks for a checkpoint
+        path = self._training.trainer_checkpoint = os.path.abspath(os.path.join(
+            self.monitor.log_dir, "checkpoints", f"lightning_step{trainer.global_step}.ckpt"))
         found = self.train_monitor.observe(step=trainer.global_step,
-                                           epoch=trainer.current_epoch + 1)
-        if any(anomaly.stops for anomaly in found) or self.monitor.stop_requested:
+                                           epoch=trainer.current_epoch + 1,
+                                           batch_size=samples)
+        stop = self.monitor.stop_requested or next((a for a in found if a.stops), None)
+        if stop is not None:
             trainer.should_stop = True
+            if asks_checkpoint([*found, stop]):
+                # every rank calls it (a barrier under DDP); the global rank 0 writes
+                trainer.save_checkpoint(path)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        self.train_monitor.close()
+        self.train_monitor.close(exit=False)     # the trainer exits once it has ended
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit":
+            return
+        exit_once_ended(self.train_monitor.settings.stop_exit_code, self.monitor.stop_requested,
+                        self.monitor.rank,
+                        [partial(callback.teardown, trainer, pl_module, stage)
+                         for callback in later(trainer.callbacks, self)])
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.monitor.close(reason="error", error=f"{type(exception).__name__}: {exception}")
