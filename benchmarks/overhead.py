@@ -103,6 +103,9 @@ CONFIGS = [
     ("TrainMonitor, no wrap", mindwatch(wrap=False)),
     ("TrainMonitor+wrap", mindwatch()),
     ("TrainMonitor+wrap, no skipping", mindwatch(skip_anomalous_updates=False)),
+    # the update-size rule (max_update_ratio) off: its cost is a weight norm measured when
+    # training begins and every 100 steps, and nothing in the step's graph
+    ("TrainMonitor+wrap, update-size rule off", mindwatch(settings=dict(max_update_ratio=None))),
     ("TrainMonitor+wrap, hardware every 2 s", mindwatch(hardware_interval_s=2.0)),
     ("TrainMonitor+wrap, hardware every 0.5 s", mindwatch(hardware_interval_s=0.5)),
     # State records: off, and on every step (the state graph's own step time; at the

@@ -112,6 +112,17 @@ BLOCKS: dict[str, Run | Signature | Skip] = {
         "dataset is on disk (pretrain_llama2_7b.yaml and its MindRecord files); "
         "tests/mindformers/ trains the same Trainer with MindWatchMonitor on the CPU "
         "through mf_launcher.py, run_mindformer.py's calls"),
+    # the MindRecord of the CPU trial (tests/mindformers/test_mindformers_cpu_trial.py then
+    # trains the page's config on it through the CPU-trial launcher)
+    "docs/mindformers.md#a-first-run-on-the-cpu:1": Run(
+        "mindspore",
+        then="from mindspore.dataset import MindDataset\n"
+             "rows = list(MindDataset('data/train.mindrecord', shuffle=False)"
+             ".create_dict_iterator(output_numpy=True))\n"
+             "assert len(rows) == SAMPLES\n"
+             "assert {r['input_ids'].shape for r in rows} == {(SEQ_LENGTH + 1,)}\n"
+             "assert all(3 <= r['input_ids'].min() and r['input_ids'].max() < VOCAB_SIZE "
+             "for r in rows)"),
     # -- PyTorch, in .venv-torch -----------------------------------------------------------
     "README.md#usage:2": Run("torch", "regression", _completed(4)),
     "docs/api.md#mindwatchmonitorlog_dir-settings:2": Run(

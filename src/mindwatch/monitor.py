@@ -27,11 +27,13 @@ from .decisions.actions import Actions
 from .decisions.replays import Replays
 from .decisions.responder import Responder
 from .decisions.stops import StopRequests
-from .detectors import Detector, build_detectors
+from .detectors import Detector, LrAnomalyDetector, build_detectors
+from .detectors.update_size import WeightScale
 from .framework import FrameworkHooks
 from .observation import HardwareSample, StepObservation
 from .pipeline import history
 from .pipeline.loss_stats import LossStats
+from .pipeline.resumed_history import ResumedHistory
 from .pipeline.segment import CurrentSegment
 from .pipeline.state_input import StateInput
 from .pipeline.throughput import Throughput
@@ -142,6 +144,12 @@ class Monitor:
         # Timing starts at construction, so a custom loop's first step has a duration; an
         # explicit start() (the MindSpore adapter's, at train begin) restarts it.
         self._current = CurrentSegment(self.clock.perf_counter())
+        # resume=True: the rules' history read back from the run log, restored now (before
+        # wrap or protect reads the limits); said at the first start (resumed_history.py)
+        self._resumed: ResumedHistory | None = ResumedHistory.read(
+            self.log_path, self.settings, detectors=self.detectors, loss_stats=self.loss_stats,
+            skips=self.skips, rewinds=self.rewinds)
+        self._current.segment.last_step = self._resumed.last_step or 0
         current, responder, writer = self._current, self.responder, self._writer
         self._actions = actions = Actions(current=current, responder=responder, writer=writer)
         self._stops = StopRequests(policy=self.policy, current=current, responder=responder,
@@ -191,13 +199,24 @@ class Monitor:
         if segment.closed or not segment.started:
             self._current.begin(self.clock.perf_counter())
         self._ensure_started(total_steps=total_steps, **run_info)
+        self._resume_history(after_step)
         self._begin_training(after_step)
+
+    def _resume_history(self, after_step: int | None) -> None:
+        """Once: the run log's history from where a trainer resumes (``after_step``), said."""
+        resumed, self._resumed = self._resumed, None
+        if resumed is not None:
+            message = resumed.begin(after_step)
+            self._current.segment.last_step = resumed.last_step or self.last_step
+            if message is not None:
+                self.notice(message)
 
     def _begin_training(self, after_step: int | None = None) -> None:
         segment = self._current.segment
         if segment.training:
             return
         segment.training = True
+        self._resume_history(None)           # a loop that never called start()
         after_step = segment.last_step if after_step is None else after_step
         self.rewinds.begin(after_step)
         consensus = self.framework.consensus
@@ -377,6 +396,19 @@ class Monitor:
             raise error
         return found
 
+    def weights(self, scale: WeightScale | None, *, lr: float | None = None) -> None:
+        """The trained weights' scale (L2 norm, element count, how the optimizer scales an
+        update: ``detectors/update_size.py``), which the next updates are judged against
+        (``max_update_ratio``); the protected step gets the new limits now. ``lr``: the LR
+        the next step applies, when known (before the first step). Adapters call it when
+        training begins and as the weights are measured again."""
+        rule = next((d for d in self.detectors if isinstance(d, LrAnomalyDetector)), None)
+        if rule is None:
+            return
+        rule.weights(scale, lr)
+        self.skips.refresh()
+        self._push_limits()
+
     @property
     def step_limits(self) -> SkipLimits:
         """The limits the next step's update is withheld above (the spike and LR rules'
@@ -492,6 +524,7 @@ class Monitor:
         """Restore ``state_dict()``'s output; raises ValueError when it came from a monitor
         with a different set of detectors."""
         segment = self._current.segment
+        self._resumed = None                 # given explicitly: it replaces the log's history
         segment.last_step = history.restore(
             state, detectors=self.detectors, loss_stats=self.loss_stats, skips=self.skips,
             rewinds=self.rewinds, last_step=segment.last_step)

@@ -118,6 +118,17 @@ class MonitorSettings:
         "has applied (rounded up to 5%); warm-ups and warm restarts never are. With `wrap` that "
         "step's update is withheld unless `lr_anomaly` is on \"warn\". A non-finite or negative "
         "LR is an `lr_anomaly` whatever this is. Above 1.", "x")
+    max_lr: float | None = setting(
+        None, "`lr_anomaly` when any parameter group's LR is above this, from the first step "
+        "on; the update is withheld on the step, as for the rules above. None: no ceiling.",
+        "LR")
+    max_update_ratio: float | None = setting(
+        1.0, "`lr_anomaly` when a step's update, estimated before it is applied, would be more "
+        "than this many times the RMS of the weights it changes (Adam and its kin move each "
+        "weight by about the LR: LR / RMS of the weights; SGD: LR x gradient norm / weight "
+        "norm; LAMB/LARS: the LR; other optimizers: not judged). It needs no history, so the "
+        "first step that would wreck the weights is withheld on the step, as for the rules "
+        "above. Healthy updates are ~1e-3 of the weights. None: off.", "ratio")
     # several ranks
     straggler_window: int = setting(
         20, "Several ranks: the straggler rule compares medians of each rank's "
@@ -329,6 +340,9 @@ class MonitorSettings:
                   maximum=MAX_COUNT, optional=True)
         check_int("state_interval", self.state_interval, minimum=1, maximum=MAX_COUNT,
                   optional=True)
+        check_number("max_lr", self.max_lr, low=0.0, low_open=True, optional=True)
+        check_number("max_update_ratio", self.max_update_ratio, low=0.0, low_open=True,
+                     optional=True)
         check_number("update_ratio_factor", self.update_ratio_factor, low=1.0, low_open=True)
         check_number("update_ratio_ceiling", self.update_ratio_ceiling, low=0.0, low_open=True)
         check_number("max_attention_logit", self.max_attention_logit, low=0.0, low_open=True)

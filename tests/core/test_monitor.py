@@ -81,7 +81,10 @@ def test_existing_run_log_is_refused_and_resume_appends(tmp_path, clock):
     second.observe(step=2, loss=0.5)
     second.close()
     log = read_rank_log(str(tmp_path / "rank_0.jsonl"))
-    assert [r["kind"] for r in log.records] == ["run", "step", "end", "run", "step", "end"]
+    # the resumed segment says what it took back from the log (test_resumed_history.py)
+    assert [r["kind"] for r in log.records] == ["run", "step", "end", "run", "notice", "step",
+                                                "end"]
+    assert log.of_kind("notice")[0]["message"].startswith("resumed after step 1: the history")
     assert [s["step"] for s in log.steps] == [1, 2]
 
 

@@ -1,6 +1,7 @@
 """What ``run_mindformer.py --config CONFIG`` does, on the CPU: ``MindFormerConfig``,
 ``set_output_path``, ``build_context``, ``Trainer(config).train()``, with a small random-token
-dataset (test_launcher_matches.py checks these calls against each release's launcher).
+dataset unless the config has a ``train_dataset`` of its own (test_launcher_matches.py checks
+these calls against each release's launcher).
 
     python mf_launcher.py CONFIG
     python mf_launcher.py --serve REPLY_FD      (the tests' ``Launcher``: see ``serve``)
@@ -221,22 +222,30 @@ def _rank():
     return get_rank() if ms.communication.GlobalComm.INITED else 0
 
 
-def main(config_path):
-    config = MindFormerConfig(config_path)
-    set_output_path(config.output_dir)
-    build_context(config)
+def random_tokens(config):
+    """The tests' dataset: SAMPLES rows of SEQ + 1 random tokens, in batches of BATCH; under
+    msrun each rank's shard, as MindFormers' dataset builders shard it."""
     tokens = np.random.default_rng(0).integers(3, VOCAB, size=(SAMPLES, SEQ + 1))
     shards = {"num_shards": get_group_size(), "shard_id": get_rank()} \
         if config.use_parallel else {}
     data = ds.NumpySlicesDataset({"input_ids": tokens.astype(np.int32)}, shuffle=False,
                                  **shards)
+    return data.batch(BATCH, drop_remainder=True)
+
+
+def main(config_path):
+    config = MindFormerConfig(config_path)
+    set_output_path(config.output_dir)
+    build_context(config)
     callbacks = []
     if os.environ.get("MINDWATCH_TRAINER_LOG_DIR"):        # the Trainer(callbacks=[...]) way
         from mindwatch.mindformers import MindWatchMonitor
         callbacks.append(MindWatchMonitor(os.environ["MINDWATCH_TRAINER_LOG_DIR"],
                                           hardware_interval_s=None))
-    Trainer(args=config, train_dataset=data.batch(BATCH, drop_remainder=True),
-            callbacks=callbacks or None).train()
+    # a config with its own train_dataset (a user's: docs/mindformers.md) is run as
+    # run_mindformer.py runs it, the Trainer building the dataset from the YAML
+    data = None if config.train_dataset else random_tokens(config)
+    Trainer(args=config, train_dataset=data, callbacks=callbacks or None).train()
     print("training returned", flush=True)
 
 

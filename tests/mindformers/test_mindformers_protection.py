@@ -132,3 +132,24 @@ def test_the_cell_without_the_monitor_says_what_it_does_not_protect(tmp_path, la
     assert out.count("MindWatchTrainOneStepCell runs without MindWatchMonitor") == 1
     assert "Add `- type: MindWatchMonitor`" in out
     assert applied == STEPS - 1                 # the NaN step withheld all the same
+
+
+def test_a_learning_rate_typed_1e3_is_withheld_on_its_first_step(tmp_path, launcher):
+    """``learning_rate: 1e3`` from the first step (a typo for 1e-3): the LR jump rule has no
+    peak yet, but the update would move every weight by ~1e3, thousands of times the
+    weights' RMS, so mindwatch's cell withholds step 1 itself and the job stops with the
+    model as it was initialised (before, step 1 went through and step 2 exploded)."""
+    config = mf_config(tmp_path, cell=MINDWATCH_CELL, seed=1)
+    settings = yaml.safe_load(config.read_text())
+    settings["optimizer"]["learning_rate"] = 1e3
+    settings["lr_schedule"] = {"type": "ConstantWarmUpLR", "learning_rate": 1e3,
+                               "warmup_steps": 0, "total_steps": -1}
+    config.write_text(yaml.safe_dump(settings))
+    applied = launcher.run(tmp_path, config)
+    assert applied == 0                       # the optimizer applied no update at all
+    log = read_rank_log(str(tmp_path / "mw" / "rank_0.jsonl"))
+    assert [(s["step"], s["skipped"]) for s in log.steps] == [(1, True)]
+    (anomaly,) = log.anomalies
+    assert anomaly["anomaly"] == "lr_anomaly" and anomaly["step"] == 1
+    assert "would move the weights by" in anomaly["message"]
+    assert log.end["reason"] == "stopped"

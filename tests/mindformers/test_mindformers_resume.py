@@ -1,6 +1,7 @@
 """A stop under MindFormers' Trainer, then the report's YAML advice pasted into the config as
 a user would: the run resumes with MindFormers' own `load_checkpoint` and `resume_training`
 (optimizer state, step count, data position) and appends to mindwatch's run log."""
+import json
 import re
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 import yaml
 from mf_config import HERE, MINDWATCH_CELL, STEPS, mf_config
 
+from mindwatch.cli import main
 from mindwatch.runlog import read_rank_log
 
 pytestmark = [pytest.mark.mindformers, pytest.mark.timeout(300),
@@ -97,6 +99,23 @@ def test_the_resumed_losses_are_an_uninterrupted_runs(resumed, tmp_path, launche
         assert again[step] == pytest.approx(healthy[step], rel=1e-5, abs=1e-6), step
     before = {s["step"]: s["loss"] for s in log.steps[:NAN_STEP - 1]}
     assert before == pytest.approx({step: healthy[step] for step in before}, rel=1e-5)
+
+
+def test_the_summary_and_the_console_count_the_resumed_segments_own_steps(resumed, capsys):
+    """The resumed segment trained steps 6 (again: withheld before) to 20, its own 15: not
+    the run's 20."""
+    run_dir, own = str(resumed["tmp_path"] / "mw"), STEPS - NAN_STEP + 1
+    assert main(["summary", run_dir, "--json"]) == 0          # the latest segment completed
+    [rank] = json.loads(capsys.readouterr().out)["ranks"]
+    assert (rank["steps"], rank["last_step"]) == (own, STEPS)
+    assert [(s["first_step"], s["last_step"], s["steps"]) for s in rank["segments"]] == [
+        (1, NAN_STEP, NAN_STEP), (NAN_STEP, STEPS, own)]
+    assert main(["summary", run_dir]) == 0
+    assert f"  rank 0: {own} steps (steps {NAN_STEP}-{STEPS}), completed in " \
+        in capsys.readouterr().out
+    # the console of the resumed run (its output: the launcher's second run)
+    output = (resumed["tmp_path"] / "launcher.out").read_text()
+    assert f"training completed at step {STEPS} after {own} steps in " in output
 
 
 # MindFormers builds the YAML's entry (and re-raises its error as `type(e)(f"{name}: {e}")`)

@@ -78,14 +78,21 @@ def test_bad_inject_is_one_line_exit_2(tmp_path):
     assert result.stderr.strip().count("\n") == 0 and "KIND@STEP" in result.stderr
 
 
-def test_injected_divergence_is_caught_by_the_rising_loss_rule(tmp_path):
+def test_injected_divergence_is_withheld_once_its_update_is_too_large_for_the_weights(
+        tmp_path):
+    """diverge@50: the LR grows x1.5 a step. The jump rule never fires (each LR is 1.5x the
+    peak the step before set), and before the update-size rule a rising loss was found later,
+    its updates applied; now the step whose update would be larger than the weights' RMS is
+    withheld and the run stops with the weights from before it."""
     result = _demo(tmp_path / "run", "--steps", "100", "--inject", "diverge@50")
     assert result.returncode == 0, result.stderr
     log = read_rank_log(str(tmp_path / "run" / "rank_0.jsonl"))
     assert not [a for a in log.anomalies if a["step"] < 50]     # quiet before the fault
-    rising = [a for a in log.anomalies if a["anomaly"] == "loss_rising"]
-    assert rising and 50 < rising[0]["step"] <= 80
-    assert rising[0]["actions"] == ["warn"]
+    (stop,) = [a for a in log.anomalies if a["anomaly"] == "lr_anomaly"]
+    assert 50 < stop["step"] <= 70 and "would move the weights by" in stop["message"]
+    assert stop["value"] > stop["threshold"] and stop["actions"] == ["checkpoint", "stop"]
+    assert log.steps[-1]["step"] == stop["step"] and log.steps[-1]["skipped"] is True
+    assert log.end["reason"] == "stopped"
 
 
 def test_an_injected_spike_under_skip_is_withheld_and_the_run_goes_on(tmp_path):

@@ -57,7 +57,7 @@ def test_a_clean_resume_after_an_anomaly_stop_is_healthy(tmp_path, clock, capsys
     assert code == 0
     assert text.splitlines() == [
         f"{run}: HEALTHY (the latest of 2 segments; 1 anomaly in earlier ones)",
-        "  rank 0: 10 steps, completed in 2.00 s; loss 1 -> 0.8978 (smoothed)",
+        "  rank 0: 4 steps (steps 7-10), completed in 2.00 s; loss 1 -> 1.93 (smoothed)",
         "    segment 1 (steps 1-6, stopped in 3.00 s), earlier: loss 3 -> 1.25; 1 anomaly",
         "      loss_nonfinite at step 6: loss is nan at step 6 [checkpoint+stop]",
         "    segment 2 (steps 7-10, completed in 2.00 s), latest: loss 1 -> 0.5; no anomaly"]
@@ -65,10 +65,12 @@ def test_a_clean_resume_after_an_anomaly_stop_is_healthy(tmp_path, clock, capsys
     assert (result["segments"], result["earlier_anomalies"]) == (2, 1)
     [rank] = result["ranks"]
     assert rank["first_loss"] == 1.0 and rank["end"] == "completed"       # the latest's
-    assert rank["elapsed_s"] == 2.0 and rank["anomalies"] == [] and rank["steps"] == 10
+    assert rank["elapsed_s"] == 2.0 and rank["anomalies"] == []
+    assert (rank["steps"], rank["last_step"]) == (4, 10)       # the latest segment's own
     first, latest = rank["segments"]
     assert first == {
-        "segment": 1, "latest": False, "first_step": 1, "last_step": 6, "step_records": 6,
+        "segment": 1, "latest": False, "first_step": 1, "last_step": 6, "steps": 6,
+        "step_records": 6,
         "end": "stopped", "elapsed_s": 3.0, "first_loss": 3.0, "last_loss": 1.25,
         "last_loss_smooth": first["last_loss_smooth"], "skipped_steps": 0, "rewinds": [],
         "anomalies": [{"anomaly": "loss_nonfinite", "step": 6, "actions": ["checkpoint", "stop"],
@@ -126,7 +128,7 @@ def test_a_killed_segment_resumed_cleanly_is_healthy(tmp_path, clock, capsys):
     assert code == 0 and result["verdict"] == "HEALTHY"
     [rank] = result["ranks"]
     assert _ranges(rank) == [(1, 3, "crashed (no end record)"), (2, 3, "completed")]
-    assert (rank["steps"], rank["first_loss"]) == (3, 2.5)
+    assert (rank["steps"], rank["last_step"], rank["first_loss"]) == (2, 3, 2.5)
     assert "    segment 1 (steps 1-3, crashed (no end record)), earlier: loss 3 -> 1; " \
            "no anomaly" in text.splitlines()
 
@@ -197,3 +199,38 @@ def test_segments_are_found_wherever_the_chunks_cut_the_file(tmp_path, clock, mo
     for size in (61, 250, 1009, 4 * 2**20):
         monkeypatch.setattr(reader, "CHUNK_BYTES", size)
         assert summarize(read_run(str(run))) == expected, size
+
+
+@pytest.mark.parametrize("parser", ["msgspec", "json"])
+def test_a_resumed_segment_counts_its_own_steps_from_the_step_resumed(tmp_path, clock, capsys,
+                                                                      monkeypatch, parser):
+    """Steps in sinks of 5 (dataset sink mode: a record numbered by its last step covers 5),
+    resumed after step 10: the latest segment trained steps 11-20, its own 10, not the run's
+    20 and not its 2 records."""
+    if parser == "msgspec" and fast.msgspec is None:
+        pytest.skip("msgspec is not installed")
+    if parser == "json":
+        monkeypatch.setenv(fast.ENV, "json")
+    run, consoles = tmp_path / "run", []
+    for first in (5, 15):              # steps 1-10, then steps 11-20 after a resume
+        consoles.append(io.StringIO())
+        monitor = Monitor(str(run), clock=clock, stream=consoles[-1], resume=True,
+                          hardware_interval_s=None)
+        for step in (first, first + 5):
+            clock.advance(2.5)
+            monitor.observe(step=step, steps=5, epoch=1, loss=10.0 / step, grad_norm=1.0)
+        monitor.close()
+    # the console's last line says so too
+    assert consoles[0].getvalue().splitlines()[-1] == \
+        "[rank 0] training completed after 10 steps in 5.00 s"
+    assert consoles[1].getvalue().splitlines()[-1] == \
+        "[rank 0] training completed at step 20 after 10 steps in 5.00 s"
+    code, text, result = _summary(run, capsys)
+    assert code == 0 and text.splitlines()[1].startswith(
+        "  rank 0: 10 steps (steps 11-20), completed in ")
+    assert text.splitlines()[2].startswith("    segment 1 (steps 1-10, completed in ")
+    assert text.splitlines()[3].startswith("    segment 2 (steps 11-20, completed in ")
+    [rank] = result["ranks"]
+    assert (rank["steps"], rank["last_step"]) == (10, 20)
+    assert [(s["first_step"], s["last_step"], s["steps"], s["step_records"])
+            for s in rank["segments"]] == [(5, 10, 10, 2), (15, 20, 10, 2)]

@@ -69,7 +69,7 @@ def test_summary_goes_on_and_says_what_it_skipped(damaged):
     result = json.loads(_cli("summary", run_dir, "--json").stdout)
     assert text.returncode == 0 and text.stderr == ""       # the last segment completed
     where = ", ".join(map(str, bad))
-    assert "rank 0: 15 steps, completed" in text.stdout
+    assert "rank 0: 5 steps (steps 11-15), completed" in text.stdout   # its own
     assert f"; 3 unreadable lines skipped (lines {where})" in text.stdout
     rank = result["ranks"][0]
     assert (rank["skipped_lines"], rank["skipped_at"], rank["torn_last_line"]) == (3, bad, True)
@@ -133,7 +133,8 @@ def test_a_50_mb_line_in_the_middle_is_skipped_within_a_memory_limit(tmp_path, c
         result = _cli(command, run_dir, limit=MEMORY_LIMIT)
         assert result.returncode == 0, result.stderr
     summary = _cli("summary", run_dir, limit=MEMORY_LIMIT).stdout
-    assert "rank 0: 6 steps, completed" in summary and "1 unreadable line skipped" in summary
+    assert "rank 0: 3 steps (steps 4-6), completed" in summary
+    assert "1 unreadable line skipped" in summary
     result = _cli("watch", run_dir, limit=MEMORY_LIMIT)
     assert result.returncode == 0 and "1 unreadable line skipped" in result.stdout
 

@@ -20,9 +20,11 @@ HISTORY_FIELDS = (Step.STEP, Step.LOSS, Step.LOSS_SMOOTH, Step.GRAD_NORM, Step.L
                   Step.EPOCH, Step.EPOCH_STEP)
 # Where the anomaly's step lies in its epoch, from its step record (null when unknown).
 EPOCH_FIELDS = (Step.EPOCH, Step.EPOCH_STEP, Step.STEPS_PER_EPOCH)
-# The report's own fields, beside the anomaly record's.
-NOTES, RESUME, HARDWARE, TOP_LAYERS, HISTORY = (
-    "notes", "resume", records.HARDWARE, "top_layers", "history")
+# The report's own fields, beside the anomaly record's. ``resume_from``: the state the advice
+# names and why (last_good.ResumeAdvice.as_record: path, step, onset, why); ``resume``: the
+# code that loads it.
+NOTES, RESUME, RESUME_FROM, HARDWARE, TOP_LAYERS, HISTORY = (
+    "notes", "resume", "resume_from", records.HARDWARE, "top_layers", "history")
 # The fence language of resume advice that does not name its own (a plain str)
 DEFAULT_LANGUAGE = "python"
 
@@ -42,7 +44,8 @@ class Snippet(str):
 
 def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: list[Mapping[str, Any]],
                  hardware: Mapping[str, Any] | None, notes: list[str],
-                 resume_snippet: str | None, top_layers: list[list] | None = None) -> str:
+                 resume_snippet: str | None, top_layers: list[list] | None = None,
+                 resume_from: Mapping[str, Any] | None = None) -> str:
     """Write both files, under a name no earlier report holds (``unused_report_stem``);
     returns the JSON path. ``history`` is the last step records."""
     stem = unused_report_stem(log_dir, anomaly.step or 0, rank, anomaly.kind)
@@ -56,7 +59,7 @@ def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: list[Map
         Record.VALUE: anomaly.value, Record.THRESHOLD: anomaly.threshold,
         Record.MESSAGE: anomaly.message, Record.ACTIONS: anomaly.actions,
         Record.CHECKPOINT: anomaly.checkpoint, **anomaly.fields, NOTES: notes,
-        RESUME: resume_snippet,
+        RESUME: resume_snippet, RESUME_FROM: resume_from,
         HARDWARE: hardware, TOP_LAYERS: top_layers, HISTORY: steps,
     }
     return write_report_files(stem, body, _markdown(body))
@@ -99,9 +102,7 @@ def _markdown(body: Mapping[str, Any]) -> str:
         lines += ["", "## Layers with the largest gradient norm at this step", "",
                   "| layer | gradient L2 norm |", "|---|---:|"]
         lines += [f"| {name} | {fmt.number(norm)} |" for name, norm in body[TOP_LAYERS]]
-    if body[RESUME]:
-        language = getattr(body[RESUME], "language", DEFAULT_LANGUAGE)
-        lines += ["", "## Resume from the checkpoint", "", f"```{language}", body[RESUME], "```"]
+    lines += _resume_section(body[RESUME], body[RESUME_FROM])
     hardware = body[HARDWARE]
     if hardware:
         lines += ["", "## Latest hardware sample", "", "```json",
@@ -118,6 +119,20 @@ def _markdown(body: Mapping[str, Any]) -> str:
                      f"{fmt.number(row[Step.LOSS_SMOOTH])} | {fmt.number(row[Step.GRAD_NORM])} | "
                      f"{fmt.lr(row[Step.LR])} | {'yes' if row[Step.SKIPPED] else ''} |")
     return "\n".join(lines) + "\n"
+
+
+def _resume_section(snippet: str | None, resume_from: Mapping[str, Any] | None) -> list[str]:
+    """The code that resumes; after damaged weights (an onset), under a heading of its own
+    that says from what and why, or, when no good state exists, what to do instead."""
+    language = getattr(snippet, "language", DEFAULT_LANGUAGE)
+    if not resume_from or resume_from.get("onset") is None:
+        return ["", "## Resume from the checkpoint", "", f"```{language}", snippet, "```"] \
+            if snippet else []
+    onset = resume_from["onset"]
+    if not snippet:
+        return ["", f"## Resume from before step {onset}", "", f"{resume_from['why']}."]
+    return ["", f"## Resume from the last good state, saved after step {resume_from['step']}",
+            "", f"{resume_from['why']}.", "", f"```{language}", snippet, "```"]
 
 
 def _epoch_cell(row: Mapping[str, Any]) -> str:

@@ -1,25 +1,39 @@
 """Carrying out what the policy decided for each anomaly: checkpoint, report, stop.
 
-The framework-specific parts (saving a checkpoint, how to resume from it, notes on the set-up)
-come from the ``FrameworkHooks`` the monitor was built with. A checkpoint or report that
-cannot be written (a full disk) is said once (``pop_problems``) and changes nothing else: the
-policy decides whether training stops, never an accident of the disk.
+The framework-specific parts (saving a checkpoint, how to resume from it, notes on the set-up,
+what else saved the training state) come from the ``FrameworkHooks`` the monitor was built
+with. Where to resume from is last_good.py's rule, over the run log's segments
+(run_history.py): the newest saved state from before the damage in the weights began. A
+checkpoint or report that cannot be written (a full disk) is said once (``pop_problems``) and
+changes nothing else: the policy decides whether training stops, never an accident of the
+disk.
 """
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..anomaly import GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH, Anomaly
+from ..anomaly import (
+    GRAD_SPIKE,
+    GRADIENT_EXPLODE,
+    GRADIENT_NONFINITE,
+    GRADIENT_VANISH,
+    PEER_STOP,
+    Anomaly,
+)
 from ..basics.once import OnceMessages
+from ..basics.run_dir import rank_log_path
 from ..framework import FrameworkHooks, SavedStates
 from ..policy import Policy
 from ..records import Step
 from ..recovery.skipping import not_withheld_reason
 from .anomaly_report import HISTORY_STEPS, write_report
 from .hang_report import write_hang_report
+from .last_good import Damage, ResumeAdvice, advise, find_damage, lineage
+from .run_history import DAMAGE_KINDS, RunHistory, SegmentFacts
 
 GRADIENT_KINDS = (GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, GRAD_SPIKE)
 TOP_LAYERS = 5
@@ -37,9 +51,14 @@ class Responder:
         self.layer_norms: tuple[int, Mapping[str, float]] | None = None
         self._problems = OnceMessages()
         self._failed_checkpoint: str | None = None    # why the latest checkpoint is missing
+        self._run_log = RunHistory(rank_log_path(log_dir, rank))
+        # (step, kind) -> the first step of an anomaly found after it began (loss_rising's
+        # onset), which its record does not keep
+        self._onsets: dict[tuple[int, str], int] = {}
 
     def pop_problems(self) -> list[str]:
-        """Failed checkpoint and report writes not said before, each once per kind."""
+        """Failed checkpoint and report writes not said before, each once per kind, and the
+        resume advice of a report whose checkpoint holds damaged weights."""
         return self._problems.pop()
 
     def checkpoint(self, step: int, reason: str) -> str | None:
@@ -77,22 +96,34 @@ class Responder:
         for anomaly in found:
             if not anomaly.actions:      # peer stops come with the originating rank's actions
                 anomaly.actions = self.policy.actions_for(anomaly.kind)
+            if anomaly.step is not None and anomaly.onset is not None \
+                    and anomaly.onset < anomaly.step:
+                self._onsets[(anomaly.step, anomaly.kind)] = anomaly.onset
             if "checkpoint" in anomaly.actions:
                 if not tried:
                     checkpoint, tried = self.checkpoint(anomaly.step or fallback_step,
                                                         "anomaly"), True
                 anomaly.checkpoint = checkpoint
             if anomaly.actions != ["warn"]:
-                target = self.resume_target(anomaly)
+                advice = self.resume_advice(anomaly, found)
+                target = advice.path if advice is not None else None
                 anomaly.report = self._write_report(
-                    anomaly, resume_hint(target) if target and resume_hint else None)
+                    anomaly, advice, resume_hint(target) if target and resume_hint else None)
+                # the console's line names the checkpoint ("-> <path>"): when its weights are
+                # damaged, a note says where to resume from instead
+                if anomaly.checkpoint and advice is not None and advice.damage is not None:
+                    self._problems.report(("resume", anomaly.step, anomaly.kind),
+                                          f"{anomaly.kind} at step {anomaly.step}: "
+                                          f"{advice.text}")
 
-    def _write_report(self, anomaly: Anomaly, resume: str | None) -> str | None:
+    def _write_report(self, anomaly: Anomaly, advice: ResumeAdvice | None,
+                      resume: str | None) -> str | None:
         return self._guarded(f"the anomaly report for step {anomaly.step}", lambda: write_report(
             log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
             history=list(self.history), hardware=self.hardware,
-            notes=self._notes(anomaly), top_layers=self._top_layers(anomaly),
-            resume_snippet=resume))
+            notes=self._notes(anomaly, advice), top_layers=self._top_layers(anomaly),
+            resume_snippet=resume,
+            resume_from=advice.as_record() if advice is not None else None))
 
     def hang_report(self, anomaly: Anomaly, threads: Sequence[Mapping[str, Any]],
                     where: str | None) -> str | None:
@@ -128,28 +159,41 @@ class Responder:
                                                           if math.isfinite(item[1]) else 0))
         return [[name, value] for name, value in ranked[:TOP_LAYERS]]
 
-    def _bad_update_notes(self, anomaly: Anomaly) -> list[str]:
-        """The checkpoint holds the anomalous step's update: why, what the user can change,
-        and the last good state that exists (said once: who saves the bad weights again)."""
-        step = anomaly.step
+    def _not_withheld(self, anomaly: Anomaly) -> str:
+        """Why the anomalous step's update went through, and what the user can change."""
         unprotected = self.framework.unprotected
         if unprotected is None:         # a framework that says nothing of withholding
-            why = ("nothing withheld it: the step was observed with skipped=False after its "
-                   "update")
+            return ("nothing withheld it: the step was observed with skipped=False after its "
+                    "update")
+        return unprotected() or not_withheld_reason(anomaly.kind,
+                                                    self.policy.policy_for(anomaly.kind))
+
+    def _damage_notes(self, anomaly: Anomaly, withheld: bool | None, damage: Damage,
+                      advice: ResumeAdvice) -> list[str]:
+        """The checkpoint's weights hold an anomalous update: which, the last good state
+        that exists (or that none does), and who saves the damaged weights again (said
+        once on the console too)."""
+        step = anomaly.step
+        if withheld is False and anomaly.kind in DAMAGE_KINDS:     # its own update is bad
+            earlier = "" if damage.onset == step else \
+                f", and the damage began before it: {damage.why}"
+            notes = [f"the checkpoint's weights INCLUDE step {step}'s update "
+                     f"({self._not_withheld(anomaly)}){earlier}"]
+        elif withheld:
+            notes = [f"step {step}'s update was withheld, but the checkpoint's weights "
+                     f"already hold an anomalous update: {damage.why}"]
         else:
-            why = unprotected() or not_withheld_reason(anomaly.kind,
-                                                       self.policy.policy_for(anomaly.kind))
-        notes = [f"the checkpoint's weights INCLUDE step {step}'s update ({why})"]
+            held = "the checkpoint's weights hold" if anomaly.checkpoint else "the weights hold"
+            notes = [f"{held} an anomalous update: {damage.why}"]
+        if advice.path is not None:
+            notes.append(f"the last good state on disk is {advice.path} (saved after step "
+                         f"{advice.step}); resume from it, not from this checkpoint")
+        else:
+            notes.append(f"no training state saved before step {damage.onset} exists")
         saved = self.saved_states()
-        last_good = saved.last_before(step) if step is not None else None
-        if last_good is not None:
-            notes.append(f"the last good state on disk is {last_good[1]} (saved after step "
-                         f"{last_good[0]}); resume from it, not from this checkpoint")
-        else:
-            notes.append(f"no training state saved before step {step} exists")
         if saved.saves_at_end:
             later = (f"{saved.saves_at_end} saves the weights again when training ends: that "
-                     f"newest file INCLUDES step {step}'s update too")
+                     f"newest file INCLUDES step {damage.onset}'s update too")
             notes.append(later)
             self._problems.report(("saves_at_end",), later)     # said once on the console
         return notes
@@ -161,27 +205,48 @@ class Responder:
     def _update_withheld(self, anomaly: Anomaly) -> bool | None:
         """Whether the anomaly's checkpoint left its step's update out: True (the last good
         weights), False (it holds that update), None (no checkpoint, or not of that step)."""
+        if not anomaly.checkpoint:
+            return None
+        return self._withheld(anomaly.step)
+
+    def _withheld(self, step: int | None) -> bool | None:
+        """Whether ``step``'s update was withheld; None when it is not the latest step."""
         last: Mapping[str, Any] | None = self.history[-1] if self.history else None
-        if not anomaly.checkpoint or last is None or last.get(Step.STEP) != anomaly.step:
+        if step is None or last is None or last.get(Step.STEP) != step:
             return None
         return bool(last.get(Step.SKIPPED))
 
-    def resume_target(self, anomaly: Anomaly) -> str | None:
-        """Where to resume from: the anomaly's checkpoint when it holds good weights, else
-        the last good state saved before the anomaly's step (None when there is none)."""
-        if self._update_withheld(anomaly) is not False:
-            return anomaly.checkpoint
-        found = self.saved_states().last_before(anomaly.step) if anomaly.step else None
-        return found[1] if found is not None else None
+    def resume_advice(self, anomaly: Anomaly, found: Sequence[Anomaly] = ()
+                      ) -> ResumeAdvice | None:
+        """Where to resume from after ``anomaly`` (``found``: the anomalies of its step not
+        in the run log yet): its checkpoint when no anomalous update reached the weights,
+        else the newest saved state from before the damage began (last_good.py); None
+        when nothing is known to resume from."""
+        step, withheld = anomaly.step, self._update_withheld(anomaly)
+        damage: Damage | None = None
+        segments: list[SegmentFacts] = []
+        if step is not None:
+            applied = not self._withheld(step)          # unknown: taken as applied
+            here = [(a.step, a.kind) for a in (anomaly, *found)
+                    if a.step == step and a.kind in DAMAGE_KINDS and applied]
+            kind = anomaly.origin[1] if anomaly.kind == PEER_STOP and anomaly.origin \
+                else anomaly.kind
+            segments = self._run_log.read()
+            damage = find_damage(segments, step=step, kind=kind, here=here,
+                                 onsets=self._onsets)
+        held = None if withheld is None or step is None else step - int(withheld)
+        return advise(damage, self.saved_states().states, _checkpoints(segments),
+                      checkpoint=anomaly.checkpoint, held=held)
 
-    def _notes(self, anomaly: Anomaly) -> list[str]:
+    def _notes(self, anomaly: Anomaly, advice: ResumeAdvice | None) -> list[str]:
         notes = self.framework.report_notes()
         withheld = self._update_withheld(anomaly)
-        if withheld:
+        damage = advice.damage if advice is not None else None
+        if damage is not None and advice is not None:
+            notes += self._damage_notes(anomaly, withheld, damage, advice)
+        elif withheld:
             notes.append(f"the checkpoint holds the last good weights: step {anomaly.step}'s "
                          "update was withheld")
-        elif withheld is False:
-            notes += self._bad_update_notes(anomaly)
         if "checkpoint" in anomaly.actions and self._failed_checkpoint is not None:
             notes.append(f"the checkpoint could not be written: {self._failed_checkpoint}")
         elif "checkpoint" in anomaly.actions and anomaly.checkpoint is None:
@@ -189,3 +254,13 @@ class Responder:
                          "(use mindwatch.mindspore.TrainMonitor, or build the Monitor with "
                          "framework=FrameworkHooks(save_checkpoint=...))")
         return notes
+
+
+def _checkpoints(segments: list[SegmentFacts]) -> list[tuple[int, str]]:
+    """mindwatch's checkpoints of earlier stops that the current weights descend from, still
+    on disk: ``(the step whose state each holds, path)``."""
+    found = []
+    for index, upto in lineage(segments):
+        found += [(held, path) for held, path in segments[index].checkpoints
+                  if held <= upto and os.path.exists(path)]
+    return found

@@ -13,6 +13,10 @@ from their sources, these are the same in all five, and mindwatch reads each thr
   ``tools.utils.get_output_root_path``; ``utils.tensorboard.get_tensorboard_writer``.
 - The cell keeps ``use_clip_grad``, ``use_skip_data_by_global_norm`` (a top-level YAML key)
   and ``global_norm_spike_threshold`` (``monitor_config.global_norm_spike_threshold``).
+- ``CheckpointMonitor`` leaves out of its checkpoints every Parameter whose name holds an
+  entry of its instance's ``filter_list`` (``leave_out_of_checkpoints``).
+- The Trainer builds ``runner_wrapper`` before ``callbacks:`` (register/mindwatch_entries.py
+  says what that means for ``auto_register``).
 
 What does differ: the Trainer hands the wrapper ``print_separate_loss`` from 1.7 on and
 ``lr_scheduler`` / ``grouped_lr_scheduler`` from 1.8 on (a wrapper takes them through
@@ -135,6 +139,34 @@ def keep_wrapper_type() -> None:
         functools.update_wrapper(reset, original)
         reset.mindwatch_keeps_type = True       # type: ignore[attr-defined]
         setattr(BaseTrainer, name, reset)
+
+
+def leave_out_of_checkpoints(marker: str) -> None:
+    """MindFormers' ``CheckpointMonitor`` saves no Parameter whose name holds ``marker``
+    (mindwatch's own: its cells' limits and step stats), as it saves none holding an entry of
+    its ``filter_list`` ("accu_grads", "_cache", ...; the same list, instance attribute and
+    rule in every tested release). A checkpoint of MindFormers' then holds what it holds
+    without mindwatch's cell, and loads, strictly or through MindFormers' resume, into a model
+    without it; mindwatch's own checkpoints leave them out alike (``save_atomically``). The
+    values are the monitor's per-step scratch, set again before every step: nothing to
+    restore. Once per process; a release without the list is left as it is."""
+    try:
+        from mindformers.core.callback.callback import CheckpointMonitor
+    except ImportError:
+        return
+    original = CheckpointMonitor.__init__
+    if getattr(original, "mindwatch_leaves_out", False):
+        return
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        filters = getattr(self, "filter_list", None)
+        if isinstance(filters, list) and marker not in filters:
+            filters.append(marker)
+
+    functools.update_wrapper(init, original)
+    init.mindwatch_leaves_out = True        # type: ignore[attr-defined]
+    CheckpointMonitor.__init__ = init
 
 
 def register_wrapper(cls: type) -> type:

@@ -9,6 +9,7 @@ from ..basics.run_dir import RunLogExists
 from ..mindspore import TrainMonitor
 from ..mindspore.checkpoints.checkpoint import save_atomically
 from ..mindspore.reading.cb_params import steps_per_epoch
+from ..mindspore.step.verdict import OWN_PREFIX
 from . import compat, resume
 from .pipeline_cell import MindWatchPipelineCell
 from .reader import MindFormersReader
@@ -18,6 +19,9 @@ from .train_cell import MindWatchTrainOneStepCell
 # has the Trainer keep them where it would put its own pipeline cell
 __all__ = ["MindWatchMonitor", "MindWatchPipelineCell", "MindWatchTrainOneStepCell"]
 compat.keep_wrapper_type()
+# and has MindFormers' CheckpointMonitor leave the cells' own Parameters out (compat.py says
+# why): imported before the Trainer builds its callbacks, whichever entry imports mindwatch
+compat.leave_out_of_checkpoints(OWN_PREFIX)
 
 DEFAULT_SUBDIR = "mindwatch"
 

@@ -51,8 +51,9 @@ RESUME_HOW = ("set `resume: True` in the MindWatchMonitor entry of callbacks: (r
               "where MindWatchMonitor(...) is built in Python)")
 # The keys MindFormers' resume reads from the checkpoint (and CheckpointMonitor writes)
 EPOCH_NUM, STEP_NUM, LOSS_SCALE = "epoch_num", "step_num", "loss_scale"
-# CheckpointMonitor's file names, ``<prefix>_rank_<R>-<epoch>_<step>.ckpt``
-_MINDFORMERS_NAME = re.compile(r"_rank_\d+-\d+_\d+\.ckpt$")
+# CheckpointMonitor's file names, ``<prefix>_rank_<R>-<epoch>_<step>.ckpt`` (``_rank_<R>_<n>-``
+# in a later process: MindSpore's ModelCheckpoint numbers a prefix already used)
+_MINDFORMERS_NAME = re.compile(r"_rank_\d+(?:_\d+)?-\d+_\d+\.ckpt$")
 
 
 def steps_before(cb: Any) -> int:

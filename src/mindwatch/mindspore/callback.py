@@ -43,6 +43,7 @@ from .step.functional import ForwardCell, JitTrainStep
 from .step.limits import GraphLimits
 from .step.lr import LrReader
 from .step.protection import build_step, replay_outcome, report_notes, unprotected
+from .step.weight_scale import WeightScaleProbe
 from .step.wrap import MonitoredTrainStep
 
 
@@ -112,6 +113,7 @@ class TrainMonitor(Callback):
         self._lr = LrReader()
         self._limits = GraphLimits()
         self._states = StateSteps(self.settings.state_interval)
+        self._weights: WeightScaleProbe | None = None    # the update-size rule's weights
         # MindSpore enters every callback as a context manager around training, and again
         # around each evaluation Model.fit runs between epochs: only the outermost exit ends
         # the run.
@@ -208,6 +210,7 @@ class TrainMonitor(Callback):
         self._limits.forget()                    # a new graph holds no limits yet
         self._push_skip_limits()
         self._layers = LayerGrouping([p.name for p in optimizer.parameters])
+        self._weigh(WeightScaleProbe(optimizer), self.monitor.last_step)
         return self.train_step
 
     def _adopt(self, cell: Any) -> None:
@@ -219,6 +222,7 @@ class TrainMonitor(Callback):
         self.train_step = cell
         self._limits.forget()
         self._layers = LayerGrouping([p.name for p in cell.optimizer.parameters])
+        self._weights = WeightScaleProbe(cell.optimizer)
 
     def observe(self, *, step: int, outputs: StepOutputs | None = None,
                 **fields: Any) -> list[Anomaly]:
@@ -238,8 +242,25 @@ class TrainMonitor(Callback):
                                 f"got {type(outputs).__name__}")
             fields = {**outputs.observation(self._layers), "data_time_s": outputs.data_time_s,
                       **fields}
-        return self.monitor.end_step(step=step, state=self._states.read(step, self.train_step),
-                                     replicas=self._train_cell(), **fields)
+        found = self.monitor.end_step(step=step,
+                                      state=self._states.read(step, self.train_step),
+                                      replicas=self._train_cell(), **fields)
+        self._weigh_if_due(step)
+        return found
+
+    def _weigh(self, probe: WeightScaleProbe, step: int) -> None:
+        """Measure the weights the next updates change and hand them to the update-size
+        rule, with the LR the next step applies."""
+        self._weights = probe
+        if self.settings.max_update_ratio is None:     # the rule is off: nothing to measure
+            return
+        optimizer = getattr(self.train_step, "optimizer", None) or optimizer_of(self._cb_params)
+        lrs = self._lr.coming(optimizer) if optimizer is not None else None
+        self.monitor.weights(probe.measure(step), lr=max(lrs) if lrs else None)
+
+    def _weigh_if_due(self, step: int) -> None:
+        if self._weights is not None and self._weights.due(step):
+            self._weigh(self._weights, step)
 
     def _push_skip_limits(self) -> None:
         self._limits.push(self.train_step, self.monitor.step_limits)
@@ -298,6 +319,11 @@ class TrainMonitor(Callback):
         self._mark = self._data_mark = self.monitor.clock.perf_counter()
         self._data_time = None
         self._push_skip_limits()               # a cell adopted above holds no limits yet
+        optimizer = optimizer_of(cb)
+        if self._weights is None and optimizer is not None:   # no protected step: judged only
+            self._weights = WeightScaleProbe(optimizer)
+        if self._weights is not None:          # weights a checkpoint loaded since are these
+            self._weigh(self._weights, self._last_step_num)
 
     def on_train_epoch_begin(self, run_context) -> None:
         self._mark = self._data_mark = self.monitor.clock.perf_counter()
@@ -352,6 +378,7 @@ class TrainMonitor(Callback):
             # on_sink_error="raise": the step ended (the exchange too) and the segment stops
             # after it; raised once training has ended.
             self._sink_error = exc
+        self._weigh_if_due(step)
         self._data_time = None
         if self.monitor.stop_requested is not None:
             run_context.request_stop()

@@ -63,8 +63,12 @@ class LossStats:
         return {Step.LOSS_SMOOTH: self.smooth, _PREVIOUS_MEAN: self._previous_mean}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.smooth = state.get(Step.LOSS_SMOOTH)
-        self._previous_mean = state.get(_PREVIOUS_MEAN)
+        self.resume(smooth=state.get(Step.LOSS_SMOOTH), previous_mean=state.get(_PREVIOUS_MEAN))
+
+    def resume(self, *, smooth: float | None, previous_mean: float | None) -> None:
+        """A resumed run's: the smoothed loss and the last epoch's mean (read from its log:
+        pipeline/resumed_history.py)."""
+        self.smooth, self._previous_mean = smooth, previous_mean
 
 
 def _add_exact(partials: list[float], value: float) -> None:

@@ -103,10 +103,13 @@ class SkipGuard:
 
     def refresh(self) -> None:
         """Recompute the limits from the rules' windows (after a step, a loaded state)."""
+        lr_rule = self._lr_rule
         self.limits = SkipLimits(
             loss=self._loss_spike.limit() if self._loss_spike is not None else math.inf,
-            grad_norm=self._grad_spike.limit() if self._grad_spike is not None else math.inf,
-            lr=self._lr_rule.limit() if self._lr_rule is not None else math.inf)
+            grad_norm=min(self._grad_spike.limit() if self._grad_spike is not None
+                          else math.inf, lr_rule.norm_limit() if lr_rule is not None
+                          else math.inf),
+            lr=lr_rule.limit() if lr_rule is not None else math.inf)
 
     def review(self, obs: StepObservation, found: list[Anomaly],
                unprotected: Callable[[], str | None] | None = None,

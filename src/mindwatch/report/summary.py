@@ -38,6 +38,7 @@ NO_END = "running or crashed (no end record)"
 CRASHED = "crashed (no end record)"
 _SEGMENTS, _EARLIER = "segments", "earlier_anomalies"
 _UNWATCHED = "unwatched"             # the fixes of what kept mindwatch from watching
+_LAST_STEP = "last_step"
 # The verdict's word for each way a rank can end other than "completed", worst first. A
 # "stopped" run with anomalies was stopped by them: the anomalies say it already.
 _ENDINGS = {records.ERROR: "FAILED", records.SIGNAL: "STOPPED BY SIGNAL",
@@ -58,7 +59,10 @@ def summarize(run: RunLog) -> dict[str, Any]:
         last, end = scan.step_count - 1, latest.end
         ranks.append({
             Common.RANK: log.rank,
-            End.STEPS: steps[Step.STEP][last] if last >= 0 else 0,
+            # the steps its latest segment trained (a resumed one's own, not the run's count),
+            # and the run's last step
+            End.STEPS: latest.steps_trained,
+            _LAST_STEP: steps[Step.STEP][last] if last >= 0 else 0,
             "first_loss": latest.first_loss,
             "last_loss_smooth": latest.last_loss_smooth,
             "skipped_steps": latest.skipped_steps,
@@ -126,8 +130,8 @@ def _segment(number: int, segment: Segment, count: int) -> dict[str, Any]:
     """One segment of a rank, as the summary lists it (``segment`` counts from 1)."""
     end = segment.end
     return {"segment": number, "latest": number == count,
-            "first_step": segment.first_step, "last_step": segment.last_step,
-            "step_records": segment.step_count,
+            "first_step": segment.first_step, _LAST_STEP: segment.last_step,
+            End.STEPS: segment.steps_trained, "step_records": segment.step_count,
             _END: _ending(segment, latest=number == count),
             End.ELAPSED_S: end.get(End.ELAPSED_S) if end else None,
             "first_loss": segment.first_loss, "last_loss": segment.last_loss,
@@ -185,7 +189,8 @@ def render_text(summary: dict[str, Any]) -> str:
     lines = [f"{summary['directory']}: {summary['verdict']}" + _segments_note(summary)]
     for rank in summary["ranks"]:
         lines.append(
-            f"  rank {rank[Common.RANK]}: {fmt.count(rank[End.STEPS], 'step')}, {rank[_END]}"
+            f"  rank {rank[Common.RANK]}: {fmt.count(rank[End.STEPS], 'step')}"
+            f"{_resumed_range(rank)}, {rank[_END]}"
             + (f" in {fmt.duration(rank[End.ELAPSED_S])}" if rank[End.ELAPSED_S] is not None
                else "")
             + (f", ETA {fmt.duration(rank[Step.ETA_S])}" if rank[Step.ETA_S] is not None else "")
@@ -220,6 +225,15 @@ def render_text(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _resumed_range(rank: dict[str, Any]) -> str:
+    """" (steps 11-20)" after the steps of a rank whose latest segment did not start at step
+    1 (a resumed one): its count is its own; "" otherwise."""
+    last, count = rank[_LAST_STEP], rank[End.STEPS]
+    if not count or last == count:
+        return ""
+    return f" (step {last})" if count == 1 else f" (steps {last - count + 1}-{last})"
+
+
 def _segments_note(summary: dict[str, Any]) -> str:
     """" (the latest of 2 segments; 1 anomaly in earlier ones)" after the verdict of a resumed
     run, whose verdict is its latest segment's; "" for a run of one segment."""
@@ -232,8 +246,10 @@ def _segments_note(summary: dict[str, Any]) -> str:
 
 
 def _segment_text(segment: dict[str, Any]) -> str:
-    """"segment 1 (steps 1-6, stopped in 3.00 s), earlier: loss 2 -> 1.9; 1 anomaly"."""
-    first, last = segment["first_step"], segment["last_step"]
+    """"segment 1 (steps 1-6, stopped in 3.00 s), earlier: loss 2 -> 1.9; 1 anomaly": the
+    steps it trained (from the step after the one it resumed from)."""
+    last, count = segment[_LAST_STEP], segment[End.STEPS]
+    first = last - count + 1 if count else segment["first_step"]
     where = ("no steps" if segment["step_records"] == 0 else
              f"step {first}" if first == last else f"steps {first}-{last}")
     ending = segment[_END] + (f" in {fmt.duration(segment[End.ELAPSED_S])}"

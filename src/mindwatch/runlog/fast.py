@@ -59,6 +59,8 @@ SHALLOW_ENTRY = 2 * (SAFE_DEPTH - 2)
 # that msgspec refuses a line that lacks one (records.problems then says which).
 STEP_FIELDS = (Step.STEP, Step.LOSS, Step.LOSS_SMOOTH, Step.LR, Step.GRAD_NORM,
                Step.STEP_TIME_S, Step.SAMPLES_PER_S, Step.TOKENS_PER_S, Step.MFU, Step.ETA_S)
+# Read of a segment's first step record only, never a column (runlog/segments.py)
+SEGMENT_STEP_FIELDS = (Step.STEPS_COVERED,)
 HOST_FIELDS = (Hardware.CPU_PERCENT, Hardware.MEM_USED_GB, Hardware.RSS_GB)
 DEVICE_FIELDS = (Device.UTIL_PERCENT, Device.MEM_USED_MB, Device.TEMP_C)
 _COMMON = tuple(name for name in Common.REQUIRED if name != Common.KIND)   # kind is the tag
@@ -129,7 +131,8 @@ class FastParser:
         # their depth is measured where a schema bounds it: batch.py)
         self.errors: tuple[type[BaseException], ...] = (msgspec.DecodeError, RecursionError)
         fields: list[tuple[Any, ...]] = [(name, Any) for name in _COMMON + Step.REQUIRED]
-        fields += [(name, Any, None) for name in STEP_FIELDS if name not in Step.REQUIRED]
+        fields += [(name, Any, None) for name in (*STEP_FIELDS, *SEGMENT_STEP_FIELDS)
+                   if name not in Step.REQUIRED]
         self.StepLine = msgspec.defstruct(
             "StepLine", fields,
             tag_field=Common.KIND, tag=records.STEP, gc=False)

@@ -123,6 +123,8 @@ class Scanner:
         if skipped:
             self._count_skipped(skipped[done:] if done else skipped)
             self._count_measured([column[done:] if done else column for column in measured])
+        if batch.steps:
+            self._first_covered(batch.steps)
         self._count += len(batch.steps)
 
     def _place(self, hardware: list[tuple[int, Any]]) -> None:
@@ -170,6 +172,20 @@ class Scanner:
         segment = self._segment()
         if not segment.measured:
             segment.measured = any(column.count(None) < len(column) for column in columns)
+
+    def _first_covered(self, steps: list[Any]) -> None:
+        """The ``steps_covered`` of each segment's first step record, for the segments whose
+        first step record is in this batch's ``steps`` (segments.py: a segment's own steps)."""
+        self._segment()                         # steps before any `run` record: one of them
+        end = self._count + len(steps)
+        for segment in reversed(self.scan.segments):
+            if segment.start < self._count:
+                break
+            if segment.start < end:
+                covered = field_values([steps[segment.start - self._count]],
+                                       Step.STEPS_COVERED)[0]
+                if type(covered) is int and covered > 0:
+                    segment.first_covered = covered
 
     def add_records(self, found: list[Record]) -> None:
         batch = Batch()

@@ -31,6 +31,9 @@ class Segment:
     # loss or a gradient norm (not null; NaN counts: it was seen). views: report/watched.py
     unwatched: list[str] = field(default_factory=list)
     measured: bool = False
+    # The steps its first step record covers (``steps_covered``: the sink size in dataset
+    # sink mode), set by the scan: its own steps start after the step before them.
+    first_covered: int = 1
     # Read off the columns by ``figures``; None when the segment logged no step (or no
     # finite loss, for the losses).
     first_step: Any = None
@@ -41,7 +44,26 @@ class Segment:
 
     @property
     def step_count(self) -> int:
+        """Its step records (a record covers ``steps_covered`` steps)."""
         return self.stop - self.start
+
+    @property
+    def first_trained(self) -> Any:
+        """The first step it trained: a resumed segment's is the step after the one it
+        resumed from. None when it logged no step."""
+        if not isinstance(self.first_step, int):
+            return None
+        return self.first_step - self.first_covered + 1
+
+    @property
+    def steps_trained(self) -> int:
+        """The steps it trained, from its first to its last: its own, not the run's count
+        (a segment resumed after step 10 that ends at step 20 trained 10); steps a rewind
+        trains again count once. 0 when it logged no step."""
+        first, last = self.first_trained, self.last_step
+        if first is None or not isinstance(last, int):
+            return 0
+        return max(0, last - first + 1)
 
 
 def _finite(value: Any) -> bool:

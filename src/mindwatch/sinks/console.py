@@ -37,6 +37,9 @@ class ConsoleSink(Sink):
         self._bar_shown = False
         self._last_step = 0
         self._eta_s: float | None = None
+        # the first step this segment trained (after a resume, the one after the step resumed
+        # from): the end line counts the segment's own steps
+        self._first_trained: int | None = None
         # the latest step record's (step, epoch, epoch_step): its anomalies name them too
         self._place: tuple[Any, Any, Any] | None = None
 
@@ -62,6 +65,8 @@ class ConsoleSink(Sink):
     # -- records --------------------------------------------------------------------------
     def write(self, record: Mapping[str, Any]) -> None:
         kind = record.get(Common.KIND)
+        if kind == records.RUN:
+            self._first_trained = None
         if kind == records.STEP:
             self._step(record)
         elif kind == records.ANOMALY:
@@ -82,8 +87,8 @@ class ConsoleSink(Sink):
                        f"{record.get(Run.LOG_PATH)}")
         elif kind == records.END:
             detail = f": {record[End.ERROR]}" if record.get(End.ERROR) else ""
-            self._line(f"training {record[End.REASON]} after {record.get(End.STEPS)} steps in "
-                       f"{fmt.duration(record.get(End.ELAPSED_S))}{detail}")
+            self._line(f"training {record[End.REASON]} {self._trained(record.get(End.STEPS))} "
+                       f"in {fmt.duration(record.get(End.ELAPSED_S))}{detail}")
 
     def write_many(self, records_: Sequence[Mapping[str, Any]]) -> None:
         """One line per event among the anomalies written together, in order; any other
@@ -108,6 +113,8 @@ class ConsoleSink(Sink):
         first = step - covered + 1
         self._last_step = step
         self._eta_s = record.get(Step.ETA_S)
+        if self._first_trained is None:
+            self._first_trained = first
         self._place = (step, record.get(Step.EPOCH), record.get(Step.EPOCH_STEP))
         if self.verbose and (step // self.print_interval) > ((first - 1) // self.print_interval):
             total = f"/{self.total_steps}" if self.total_steps else ""
@@ -123,6 +130,14 @@ class ConsoleSink(Sink):
                 f"{fmt.rate(record.get(Step.SAMPLES_PER_S))}{_tokens(record)}{_eta(record)}"
                 f"{skipped}")
         self._draw_bar()
+
+    def _trained(self, last: Any) -> str:
+        """"after 20 steps"; "at step 20 after 10 steps" for a segment resumed after step 10
+        (its own steps, not the run's count)."""
+        first = self._first_trained
+        if not isinstance(last, int) or first is None or first == 1:
+            return f"after {last} steps"
+        return f"at step {last} after {fmt.count(max(0, last - first + 1), 'step')}"
 
     def _in_epoch(self, step: Any) -> str:
         """" (epoch 2 step 6)" for an anomaly of the latest step record's step, when it

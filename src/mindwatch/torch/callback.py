@@ -10,6 +10,7 @@ import torch
 from ..anomaly import Anomaly
 from ..basics.checks import check_bool, check_number
 from ..decisions.exit_status import exit_after
+from ..detectors.update_size import WeightScale, rule_of
 from ..framework import FrameworkHooks
 from ..monitor import Monitor
 from ..observation import ReplayOutcome
@@ -17,6 +18,7 @@ from ..recovery.skipping import SkipLimits
 from ..settings import MonitorSettings
 from . import compat
 from .checkpoints.checkpoint import resume_snippet, save_atomically
+from .checkpoints.resume import saved_states
 from .checkpoints.snapshots import TrainStateSnapshots
 from .checkpoints.training_state import TrainingState, ddp_of, plain_module
 from .hardware.memory import torch_memory_reader
@@ -30,6 +32,11 @@ from .ranks.shared_verdict import SharedVerdict
 from .reading.outputs import StepOutputs
 from .step.loss_window import LossWindow
 from .step.protection import ProtectedStep
+
+# steps between two measures of the weights' norm (detectors/update_size.py): a second pass
+# over the weights in every step would cost as much as the gradient norm's; their RMS moves
+# by a fraction of a percent over this many healthy steps
+WEIGH_EVERY = 100
 
 UNPROTECTED_LOOP = ("monitor.backward is called but monitor.protect(optimizer) never was, so no "
                     "gradient norm is measured and no bad update can be withheld: protect the "
@@ -78,7 +85,7 @@ class TrainMonitor:
             notes=self._notes, memory_reader=torch_memory_reader(),
             snapshots=TrainStateSnapshots(self._state), unprotected=self._unprotected,
             replay=self._replay, consensus=consensus_for, fingerprinter=Fingerprinter,
-            push_limits=self._push_limits)
+            push_limits=self._push_limits, saved_states=lambda: saved_states(self._state))
         rank = current_rank()
         self.monitor = Monitor(log_dir, rank=rank.rank, world_size=rank.world_size,
                                local_rank=rank.local_rank, stream=stream, clock=clock,
@@ -88,6 +95,7 @@ class TrainMonitor:
         self._began = False
         self._said_closure = False
         self._observing: StepOutputs | None = None      # the step observe is recording
+        self._scale: WeightScale | None = None   # the weights the update-size rule judges by
         # the losses monitor.backward was given while no optimizer is protected
         self.loss_window = LossWindow()
         # why this set-up cannot replay a withheld step (a trainer sets it), said once
@@ -177,6 +185,7 @@ class TrainMonitor:
                 due=self.train_step.state_due)
         self._state.schedulers = list(schedulers)
         self._push_limits()
+        self._weigh_now(optimizer)
         return optimizer
 
     def backward(self, loss: torch.Tensor | Callable[[], torch.Tensor], *, scaler: Any = None,
@@ -237,11 +246,17 @@ class TrainMonitor:
             state = protected.state_probe.read(step, protected.optimizer)
             if state is not None and self._activations is not None:
                 state["activations"] = self._activations.read()
+        weighed = self._observing.weight_norm if self._observing is not None else None
         try:
-            return self.monitor.end_step(step=step, state=state, replicas=self._state,
-                                         **fields)
+            found = self.monitor.end_step(step=step, state=state, replicas=self._state,
+                                          **fields)
         finally:
             self._observing = None
+        if weighed is not None and self._scale is not None:   # judges the steps to come
+            self._scale = WeightScale(norm=weighed, count=self._scale.count,
+                                      rule=self._scale.rule)
+            self.monitor.weights(self._scale)
+        return found
 
     def close(self, *, exit: bool = True) -> None:
         """End the run (the ``end`` record; sinks closed). Idempotent. After a stop under
@@ -304,6 +319,24 @@ class TrainMonitor:
             limits = limits or self.monitor.step_limits
             self.train_step.verdict.set_limits(loss=limits.loss, grad_norm=limits.grad_norm,
                                                lr=limits.lr)
+
+    def _weigh_now(self, optimizer: torch.optim.Optimizer) -> None:
+        """The weights' scale before training (one read to the host, at ``protect``), so
+        that the first update is judged too; then the protected step measures it every
+        ``WEIGH_EVERY`` steps, in the step's numbers (no read of its own)."""
+        if self.settings.max_update_ratio is None:     # the rule is off: nothing to measure
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        with torch.no_grad():
+            norm = float(torch.nn.utils.get_total_norm(params, 2.0, False, None)) \
+                if params else 0.0
+        self._scale = WeightScale(norm=norm, count=sum(p.numel() for p in params),
+                                  rule=rule_of(optimizer))
+        lrs = [float(group["lr"]) for group in optimizer.param_groups]
+        self.monitor.weights(self._scale, lr=max(lrs) if lrs else None)
+        step = self.train_step
+        if step is not None:        # the next step is the one after the last observed
+            step.weigh_due = lambda: (self.monitor.last_step + 1) % WEIGH_EVERY == 0
 
     def _unprotected_step(self, fields: dict[str, Any]) -> None:
         """A step of a loop that calls ``monitor.backward`` but never protected its optimizer

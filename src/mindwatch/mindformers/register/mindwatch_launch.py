@@ -20,14 +20,21 @@ USAGE = ("usage: python mindwatch_launch.py run_mindformer.py [its arguments]: r
          "script with mindwatch.mindformers imported first (docs/mindformers.md)")
 
 
-def main() -> None:
+def take_script(usage: str) -> str:
+    """The script named first on this launcher's command line, with the process made as
+    ``python script args`` makes it for the script (``sys.argv``, ``sys.path[0]``); exits
+    with ``usage`` when there is none."""
     if len(sys.argv) < 2 or not os.path.isfile(sys.argv[1]):
         given = f" (no such file: {sys.argv[1]})" if len(sys.argv) > 1 else ""
-        sys.exit(USAGE + given)
+        sys.exit(usage + given)
     script = os.path.abspath(sys.argv[1])
-    # the script's view of its process, as `python script args` gives it
     sys.argv = [script, *sys.argv[2:]]
     sys.path[0] = os.path.dirname(script)
+    return script
+
+
+def main() -> None:
+    script = take_script(USAGE)
     import mindwatch.mindformers  # noqa: F401  registers; the Trainer keeps mindwatch's cells
     runpy.run_path(script, run_name="__main__")
 

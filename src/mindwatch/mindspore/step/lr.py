@@ -94,7 +94,13 @@ class LrReader:
         groups); None without an optimizer."""
         if optimizer is None:
             return None
-        index = max(int(optimizer.global_step.asnumpy().reshape(-1)[0]) - 1, 0)
+        return self._at(optimizer, max(_global_step(optimizer) - 1, 0))
+
+    def coming(self, optimizer: nn.Optimizer) -> list[float]:
+        """Every group's LR the next step will apply (before the first: the first's)."""
+        return self._at(optimizer, _global_step(optimizer))
+
+    def _at(self, optimizer: nn.Optimizer, index: int) -> list[float]:
         learning_rate = optimizer.learning_rate
         if optimizer.is_group_lr:
             entries = list(learning_rate)
@@ -108,6 +114,10 @@ class LrReader:
             else:
                 values.append(self._schedule_value(group, index))
         return values
+
+
+def _global_step(optimizer: nn.Optimizer) -> int:
+    return int(optimizer.global_step.asnumpy().reshape(-1)[0])
 
 
 def group_indices(optimizer: nn.Optimizer) -> list[int]:

@@ -1,7 +1,8 @@
 """A protected step's numbers, read to the host once, by ``observe``.
 
 The step leaves them on the device in one float32 vector (loss, pre-clip global norm,
-whether the update was applied, then each LR held as a tensor): a single read per step, the
+whether the update was applied, the weights' norm before the update on the steps that measure
+it, each rank's own norm, then each LR held as a tensor): a single read per step, the
 one a loop printing its loss makes anyway, and none during ``backward`` or the optimizer
 step. ``NaN`` stands for "not measured" where the host knows it was not (no loss handed to
 ``monitor.backward``, no gradient). The read is kept: whoever needs the verdict first (the
@@ -17,7 +18,7 @@ import torch
 
 from ...records import Step
 
-STAT_LOSS, STAT_GRAD_NORM, STAT_APPLIED, STAT_RANKS = 0, 1, 2, 3   # then the LRs
+STAT_LOSS, STAT_GRAD_NORM, STAT_APPLIED, STAT_WEIGHT_NORM, STAT_RANKS = 0, 1, 2, 3, 4  # LRs
 
 
 @dataclass
@@ -44,11 +45,12 @@ class PendingStep:
         tensor_lrs = iter(values[STAT_RANKS + self.ranks:])
         lrs = [next(tensor_lrs) if lr is None else lr for lr in self.lrs]
         norm = values[STAT_GRAD_NORM] if self.norm_known else None
+        weights = values[STAT_WEIGHT_NORM]
         return StepOutputs(
             loss=values[STAT_LOSS] if self.loss_known else None, grad_norm=norm,
             lr_groups=lrs, skipped=self.protected and values[STAT_APPLIED] < 0.5,
             grads_finite=None if norm is None else math.isfinite(norm), local_norms=local,
-            rank=self.rank)
+            rank=self.rank, weight_norm=None if math.isnan(weights) else weights)
 
 
 @dataclass
@@ -62,6 +64,7 @@ class StepOutputs:
     grads_finite: bool | None
     local_norms: list[float] | None = None     # every rank's, before DDP's reduction
     rank: int = 0
+    weight_norm: float | None = None    # the changed weights' L2 norm before the update
 
     def observation(self) -> dict[str, Any]:
         """Arguments of ``Monitor.observe``."""

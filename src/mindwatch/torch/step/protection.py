@@ -71,6 +71,9 @@ class ProtectedStep:
         # a state step is coming (TrainMonitor sets it): its probe, given the step's tensors
         self.state_probe: StateProbe | None = None
         self.state_due: Callable[[], bool] = lambda: False
+        # whether this step measures the weights' norm (TrainMonitor sets it: every
+        # WEIGH_EVERY steps), for the update-size rule
+        self.weigh_due: Callable[[], bool] = lambda: False
         self._handles = [optimizer.register_step_pre_hook(self._before),
                          optimizer.register_step_post_hook(self._after),
                          # state_dict() and load_state_dict() read the state: settled first
@@ -174,8 +177,12 @@ class ProtectedStep:
             if self.clip_grad_norm is not None and norm is not None:
                 torch.nn.utils.clip_grads_with_norm_(params, self.clip_grad_norm, norm)
             nan = torch.full((), math.nan, device=device)
+            # the weights this update changes, measured (before clipping and the update) on
+            # the steps the update-size rule asks for: detectors/update_size.py
+            weights = (torch.nn.utils.get_total_norm(params, 2.0, False, None).float()
+                       if params and self.weigh_due() else nan)
             stats = [nan if loss is None else loss, nan if norm is None else norm,
-                     apply.float()]
+                     apply.float(), weights.to(device)]
             if local is not None:
                 stats += list(local.unbind())
             stats += [lr.detach().float().reshape(()).to(device) for lr in tensor_lrs]
