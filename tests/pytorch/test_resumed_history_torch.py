@@ -55,9 +55,11 @@ def test_a_plain_loop_resumed_with_a_mistyped_lr_withholds_its_first_step(tmp_pa
         assert all(torch.equal(after[name], before[name]) for name in before), path
 
 
-def test_hugging_face_resumed_from_its_checkpoint_withholds_the_mistyped_lr(tmp_path):
-    assert run("hf", tmp_path, 1, 10) == []
-    found = run("hf", tmp_path, 11, 20, "--resume")
+def resumed_trainer_run(loop: str, tmp_path: Path) -> dict:
+    """A trainer's 10 healthy steps, then its resume from step 10's checkpoint with the LR
+    mistyped: step 11 withheld on the restored LR peak. Returns step 11's anomaly record."""
+    assert run(loop, tmp_path, 1, 10) == []
+    found = run(loop, tmp_path, 11, 20, "--resume")
     assert found == [(11, "lr_anomaly", ["checkpoint", "stop"])]
     steps = records(tmp_path / "run", "step")
     assert [s["step"] for s in steps] == list(range(1, 12))
@@ -68,29 +70,25 @@ def test_hugging_face_resumed_from_its_checkpoint_withholds_the_mistyped_lr(tmp_
     assert resumed_notice(tmp_path / "run").startswith(
         "resumed after step 10: the history of the last 10 steps restored from rank_0.jsonl "
         "(the rules' windows, the LR peak 0.001")
+    return anomaly
+
+
+def same_tensors(before: dict, after: dict) -> bool:
+    return after.keys() == before.keys() and all(torch.equal(after[k], before[k])
+                                                 for k in before)
+
+
+def test_hugging_face_resumed_from_its_checkpoint_withholds_the_mistyped_lr(tmp_path):
+    resumed_trainer_run("hf", tmp_path)
     # the Trainer's own checkpoint of the stop holds step 10's model: the update withheld
     from safetensors.torch import load_file
-    before = load_file(tmp_path / "ckpt" / "checkpoint-10" / "model.safetensors")
-    after = load_file(tmp_path / "ckpt" / "checkpoint-11" / "model.safetensors")
-    assert after.keys() == before.keys()
-    assert all(torch.equal(after[name], before[name]) for name in before)
+    assert same_tensors(load_file(tmp_path / "ckpt" / "checkpoint-10" / "model.safetensors"),
+                        load_file(tmp_path / "ckpt" / "checkpoint-11" / "model.safetensors"))
 
 
 def test_lightning_resumed_from_its_checkpoint_withholds_the_mistyped_lr(tmp_path):
     (tmp_path / "ckpt").mkdir()
-    assert run("lightning", tmp_path, 1, 10) == []
-    found = run("lightning", tmp_path, 11, 20, "--resume")
-    assert found == [(11, "lr_anomaly", ["checkpoint", "stop"])]
-    steps = records(tmp_path / "run", "step")
-    assert [s["step"] for s in steps] == list(range(1, 12))
-    assert (steps[-1]["lr"], steps[-1]["skipped"]) == (500.0, True)
-    [anomaly] = records(tmp_path / "run", "anomaly")
-    assert "at step 11 is 5e+05x the highest this run has trained at (0.001" \
-        in anomaly["message"]                       # judged by the restored LR peak
-    assert resumed_notice(tmp_path / "run").startswith(
-        "resumed after step 10: the history of the last 10 steps restored from rank_0.jsonl")
+    anomaly = resumed_trainer_run("lightning", tmp_path)
     # mindwatch's checkpoint of the stop holds step 10's weights: the update withheld
     before = torch.load(tmp_path / "ckpt" / "step10.ckpt", weights_only=False)["state_dict"]
-    after = torch.load(anomaly["checkpoint"], weights_only=True)["model"]
-    assert after.keys() == before.keys()
-    assert all(torch.equal(after[name], before[name]) for name in after)
+    assert same_tensors(before, torch.load(anomaly["checkpoint"], weights_only=True)["model"])
