@@ -14,7 +14,7 @@ import platform
 import socket
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from . import records
 from .anomaly import Anomaly
@@ -53,6 +53,9 @@ from .sinks.console import ConsoleSink
 from .sinks.factory import check_framework_views, open_sinks
 from .sinks.sink_set import SinkError
 from .version import __version__
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # No loss and no gradient norm at the first step: nothing a rule judges a step by came in.
 NOTHING_OBSERVED = ("no loss and no gradient norm reached it at the first step, so no anomaly "
@@ -467,9 +470,11 @@ class Monitor:
         """This rank's own wish to stop, as a number to share with the other ranks."""
         return self._ranks.stop_code()
 
-    def observe_peers(self, *, step: int, stop_codes: list[int], data_times: list[float],
+    def observe_peers(self, *, step: int, stop_codes: Sequence[int] | np.ndarray,
+                      data_times: Sequence[float] | np.ndarray,
                       step_time_s: float | None = None) -> list[Anomaly]:
-        """What every rank said after ``step``: stops to follow, stragglers."""
+        """What every rank said after ``step``: stops to follow, stragglers (one entry per
+        rank: lists, or the exchange's numpy arrays)."""
         return self._ranks.observe_peers(step=step, stop_codes=stop_codes,
                                          data_times=data_times, step_time_s=step_time_s)
 

@@ -96,7 +96,9 @@ def test_summary_lists_one_event(explosion):
     lines = result.stdout.splitlines()
     assert result.returncode == 1 and lines[0].endswith(f"{len(log.anomalies)} ANOMALIES")
     line = _line_of_step_120(lines)
-    assert line == lines[-1] and line.strip() == (
+    # the event is the last line before the run's goodput
+    assert lines[-1].startswith("  goodput ")
+    assert line == lines[-2] and line.strip() == (
         f"{', '.join(KINDS)} at step 120: {explode['message']}; {VERDICT} "
         f"[checkpoint+stop -> {explode['checkpoint']}]")
     assert len([line for line in lines if " at step " in line]) == len(log.anomalies) - 2

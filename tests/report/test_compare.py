@@ -53,10 +53,12 @@ def test_table_of_runs_equals_the_logs(two_runs):
         assert shown == fmt.number(finite[-1]["loss"])
         elapsed = max(log.end["elapsed_s"] for log in run.ranks)
         assert cells[4][1] == fmt.duration(elapsed)
-        assert cells[5][1] == "completed"
+        # no pause, restart or withheld step: all of the run's time trained
+        assert re.fullmatch(r"100\.0% of \S+ s", cells[5][1])
+        assert cells[6][1] == "completed"
         kinds = [a["anomaly"] for a in run.anomalies]
-        assert cells[6][1] == str(len(kinds))
-        assert sorted(cells[7][1].split(", ")) == sorted(set(kinds))
+        assert cells[7][1] == str(len(kinds))
+        assert sorted(cells[8][1].split(", ")) == sorted(set(kinds))
     # lr-high's last loss is NaN: its final loss is step 59's, not the NaN
     assert runs[0].ranks[0].steps[-1]["step"] == 60 and 'title="at step 59"' in rows[0][1]
 

@@ -60,7 +60,8 @@ def test_a_clean_resume_after_an_anomaly_stop_is_healthy(tmp_path, clock, capsys
         "  rank 0: 4 steps (steps 7-10), completed in 2.00 s; loss 1 -> 1.93 (smoothed)",
         "    segment 1 (steps 1-6, stopped in 3.00 s), earlier: loss 3 -> 1.25; 1 anomaly",
         "      loss_nonfinite at step 6: loss is nan at step 6 [checkpoint+stop]",
-        "    segment 2 (steps 7-10, completed in 2.00 s), latest: loss 1 -> 0.5; no anomaly"]
+        "    segment 2 (steps 7-10, completed in 2.00 s), latest: loss 1 -> 0.5; no anomaly",
+        "  goodput 100.0% of 5.00 s: no time lost"]
     assert (result["verdict"], result["healthy"], result["anomalies"]) == ("HEALTHY", True, 0)
     assert (result["segments"], result["earlier_anomalies"]) == (2, 1)
     [rank] = result["ranks"]
@@ -98,7 +99,8 @@ def test_an_anomaly_in_the_latest_segment_is_the_verdict(tmp_path, clock, capsys
     assert text.splitlines()[2:] == [
         "    segment 1 (steps 1-3, completed in 1.50 s), earlier: loss 3 -> 1; no anomaly",
         "    segment 2 (steps 4-6, completed in 1.50 s), latest: loss 0.9 -> 0.7; 1 anomaly",
-        "      loss_nonfinite at step 5: loss is nan at step 5 [warn]"]
+        "      loss_nonfinite at step 5: loss is nan at step 5 [warn]",
+        "  goodput 100.0% of 3.00 s: no time lost"]
     [rank] = result["ranks"]
     assert [(a["anomaly"], a["step"]) for a in rank["anomalies"]] == [("loss_nonfinite", 5)]
     assert _ranges(rank) == [(1, 3, "completed"), (4, 6, "completed")]
@@ -171,7 +173,8 @@ def test_a_run_of_one_segment_says_nothing_of_segments(tmp_path, clock, capsys):
     assert code == 1 and text.splitlines() == [
         f"{run}: 1 ANOMALY",
         "  rank 0: 3 steps, completed in 1.50 s; loss 3 -> 2.8 (smoothed)",
-        "    loss_nonfinite at step 2: loss is nan at step 2 [warn]"]
+        "    loss_nonfinite at step 2: loss is nan at step 2 [warn]",
+        "  goodput 100.0% of 1.50 s: no time lost"]
     assert (result["segments"], result["earlier_anomalies"]) == (1, 0)
     assert _ranges(result["ranks"][0]) == [(1, 3, "completed")]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..basics.rank import RankInfo
 from ..recovery.rewinding import RewindWish
-from .peers import Peers, stop_code, stop_reason
+from .peers import STOP_REASONS, Peers, stop_code
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,8 +36,11 @@ ReduceSum = Callable[["np.ndarray"], "np.ndarray"]
 
 @dataclass
 class Exchange:
-    stop_codes: list[int]        # per rank: 0, or 1 + the index of the kind that stops it
-    data_times: list[float]      # per rank: seconds from the previous step's end to this start
+    # numpy arrays, one entry per rank, so that what reads them costs array operations at any
+    # number of ranks
+    stop_codes: np.ndarray       # int64: 0, or 1 + the index of the kind that stops the rank
+    # float32, as exchanged: seconds from the previous step's end to this start
+    data_times: np.ndarray
     rewind_wishes: list[RewindWish]     # the ranks that want to rewind
     touched: bool                # an anomaly of the training state touched the step somewhere
 
@@ -60,13 +63,15 @@ class RankConsensus:
             vector[3 * n + self.rank] = stop_code(wish.kind)
         vector[4 * n + self.rank] = float(touched)
         total = self._reduce(vector)
-        wishes = []
-        for rank in range(n):
-            back, kind = round(total[2 * n + rank]), stop_reason(round(total[3 * n + rank]))
-            if back > 0 and kind is not None:
-                wishes.append(RewindWish(onset=step - back + 1, kind=kind, rank=rank))
-        return Exchange(stop_codes=[round(v) for v in total[:n]],
-                        data_times=[float(v) for v in total[n:2 * n]],
+        # round() of each slot, as numpy does it (half to even, like round); only the ranks
+        # that wish a rewind are visited in Python
+        back, kinds = np.rint(total[2 * n:3 * n]), np.rint(total[3 * n:4 * n])
+        wishing = (back > 0) & (kinds > 0) & (kinds <= len(STOP_REASONS))
+        wishes = [RewindWish(onset=step - int(back[rank]) + 1,
+                             kind=STOP_REASONS[int(kinds[rank]) - 1], rank=rank)
+                  for rank in np.flatnonzero(wishing).tolist()]
+        return Exchange(stop_codes=np.rint(total[:n]).astype(np.int64),
+                        data_times=np.array(total[n:2 * n]),
                         rewind_wishes=wishes, touched=bool(total[4 * n:].sum() > 0))
 
     def gather(self, vector: np.ndarray) -> np.ndarray:
@@ -90,13 +95,22 @@ class RankConsensus:
         start = self.rank * width
         vector[start:start + len(name)] = np.frombuffer(name, np.uint8)
         vector[start + _HOST_BYTES] = -1 if device is None else device
-        total = self._reduce(vector)
-        found: dict[int, tuple[str | None, int | None]] = {}
-        for rank in range(n):
-            row = total[rank * width:(rank + 1) * width]
-            text = bytes(int(b) for b in row[:_HOST_BYTES] if b > 0).decode("utf-8", "replace")
-            found[rank] = (text, None if row[-1] < 0 else int(row[-1]))
-        return found
+        total = self._reduce(vector).reshape(n, width)
+        # The byte values and devices are exact in float32. Every rank's name in one bytes
+        # object; each distinct name decoded once (the ranks of a host share it).
+        names = np.where(total[:, :_HOST_BYTES] > 0, total[:, :_HOST_BYTES], 0)
+        raw = names.astype(np.uint8).tobytes()
+        decoded: dict[bytes, str] = {}
+        texts = []
+        for start in range(0, n * _HOST_BYTES, _HOST_BYTES):
+            key = raw[start:start + _HOST_BYTES]
+            text = decoded.get(key)
+            if text is None:
+                text = decoded[key] = key.replace(b"\0", b"").decode("utf-8", "replace")
+            texts.append(text)
+        devices = np.where(total[:, -1] < 0, -1, total[:, -1]).astype(np.int64).tolist()
+        return {rank: (text, None if device < 0 else device)
+                for rank, (text, device) in enumerate(zip(texts, devices, strict=True))}
 
 
 def consensus_of(rank: RankInfo, world_size: int, reduce_sum: Callable[[], ReduceSum] | None,

@@ -5,6 +5,7 @@ wants and acts on what every rank said."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .. import records
 from ..anomaly import PEER_STOP, Anomaly
@@ -15,6 +16,9 @@ from ..records import Rewind
 from ..recovery.rewinding import RewindEvent, RewindGuard, RewindWish
 from ..recovery.skipping import SkipGuard
 from .peers import Peers, stop_code
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class RankDecisions:
@@ -31,7 +35,8 @@ class RankDecisions:
             return 0
         return stop_code(stop.kind)
 
-    def observe_peers(self, *, step: int, stop_codes: list[int], data_times: list[float],
+    def observe_peers(self, *, step: int, stop_codes: Sequence[int] | np.ndarray,
+                      data_times: Sequence[float] | np.ndarray,
                       step_time_s: float | None = None) -> list[Anomaly]:
         """What the other ranks said after ``step``: stops to follow, stragglers."""
         found = self._peers.findings(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..anomaly import (
     ANOMALY_KINDS,
@@ -22,6 +22,9 @@ from ..decisions.replays import place_text
 from ..detectors.base import Detector
 from ..detectors.straggler import StragglerDetector
 from ..policy import SKIP, Policy
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STOP_REASONS = (*ANOMALY_KINDS, *STOP_REQUESTS)
 # The anomalies of the reduced gradients, which one rank's own gradients can cause.
@@ -47,21 +50,26 @@ class Peers:
         self.places: dict[int, tuple[str | None, int | None]] = {}
         self.straggler = StragglerDetector(rank=rank, world_size=world_size,
                                            window=straggler_window, factor=straggler_factor)
-        # the rules that also read every rank's data time (throughput_drop names the ranks)
-        self._listeners = [self.straggler, *detectors]
+        # the other rules that read every rank's data time (throughput_drop names the ranks)
+        self._detectors = list(detectors)
 
-    def findings(self, *, step: int, stop_codes: Sequence[int], data_times: Sequence[float],
-                 step_time_s: float | None, stopping: bool) -> list[Anomaly]:
+    def findings(self, *, step: int, stop_codes: Sequence[int] | np.ndarray,
+                 data_times: Sequence[float] | np.ndarray, step_time_s: float | None,
+                 stopping: bool) -> list[Anomaly]:
         """Stragglers, and a ``peer_stop`` for the first other rank that stops, unless this
         rank is ``stopping`` already (its own stop, or an earlier peer's)."""
-        found = [anomaly for listener in self._listeners
-                 for anomaly in listener.update_peers(step, data_times, step_time_s)]
+        found = self.straggler.update_peers(step, data_times, step_time_s)
+        if self._detectors:
+            # the other readers loop over the ranks in Python: a list is the faster to walk
+            times = data_times.tolist() if hasattr(data_times, "tolist") else data_times
+            found += [anomaly for detector in self._detectors
+                      for anomaly in detector.update_peers(step, times, step_time_s)]
         if stopping:
             return found
-        for peer, code in enumerate(stop_codes):
-            reason = stop_reason(code)
-            if peer == self.rank or reason is None:
+        for peer in _stopping(stop_codes):
+            if peer == self.rank:
                 continue
+            reason = STOP_REASONS[int(stop_codes[peer]) - 1]
             # The peer's policy decides what this rank does too: if it checkpoints, every
             # rank that holds weights checkpoints. A "skip" kind stops only when escalated
             # to checkpoint_and_stop (skipping.py).
@@ -95,6 +103,17 @@ class Peers:
                                 f"was {fmt.number(norms[origin])} before the reduction, the "
                                 f"other ranks' {others}")
         return found
+
+
+def _stopping(stop_codes: Sequence[int] | np.ndarray) -> list[int]:
+    """The ranks whose code names a reason to stop, in rank order: found with numpy when the
+    codes are an array (the exchange's), so a step visits only those ranks in Python."""
+    if not hasattr(stop_codes, "nonzero"):
+        return [peer for peer, code in enumerate(stop_codes) if stop_reason(code) is not None]
+    import numpy as np
+
+    codes = np.asarray(stop_codes)
+    return np.flatnonzero((codes > 0) & (codes <= len(STOP_REASONS))).tolist()
 
 
 def origin_rank(norms: Sequence[float | None]) -> int | None:

@@ -21,6 +21,7 @@ from ..events import counts
 from ..records import Anomaly, Common
 from ..runlog import RunLog
 from . import html as page  # the building blocks of a one-run page: one look for both
+from .goodput_table import run_goodput, share_text
 from .overlay import overlay, run_colour
 from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, run_settings, scan_logs
 from .png import draw_pngs, marked_steps
@@ -47,16 +48,16 @@ def _cells(*values: Any) -> str:
     return "".join(f"<td>{page._cell(value)}</td>" for value in values)
 
 
-def _run_rows(rows: list[RunRow]) -> list[str]:
+def _run_rows(rows: list[RunRow], goodputs: list[str | None]) -> list[str]:
     out = []
-    for index, row in enumerate(rows):
+    for index, (row, goodput) in enumerate(zip(rows, goodputs, strict=True)):
         # The exact logged value rides along in data-value; the cell shows it as the charts do.
         loss = f"<td>{fmt.MISSING}</td>" if row.final_loss is None else (
             f'<td data-value="{row.final_loss!r}" title="at step {row.final_loss_step}">'
             f"{page._cell(row.final_loss)}</td>")
         out.append(f'<tr data-run="{_esc(row.label)}"><td>{_swatch(index)}{_esc(row.label)}'
                    f"</td>{_cells(row.ranks, row.last_step)}{loss}"
-                   f"{_cells(fmt.duration(row.elapsed_s), row.end, row.anomalies)}"
+                   f"{_cells(fmt.duration(row.elapsed_s), goodput, row.end, row.anomalies)}"
                    f"{_cells(row.kinds_text() or None)}</tr>")
     return out
 
@@ -116,8 +117,9 @@ def render_compare(runs: list[RunLog], labels: list[str], *, max_points: int = 2
         '<div id="errors" class="errors"></div>',
         "<noscript>The charts need JavaScript; the tables do not.</noscript>",
         "<h2>Runs</h2>",
-        page._table(["run", "ranks", "last step", "final loss", "elapsed", "end", "anomalies",
-                "kinds"], _run_rows(rows), "runs"),
+        page._table(["run", "ranks", "last step", "final loss", "elapsed", "goodput", "end",
+                     "anomalies", "kinds"],
+                    _run_rows(rows, [share_text(run_goodput(found)) for found in scans]), "runs"),
         '<div id="panels"></div>', "<h2>Ranks</h2>",
         page._table(["run", "rank", "host", "pid", "last step", "end", "elapsed", "anomalies",
                 "torn tail", "skipped lines"],

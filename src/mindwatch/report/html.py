@@ -26,6 +26,7 @@ from ..basics.run_dir import write_text_atomically
 from ..events import Event, counts, event_line, group
 from ..records import Anomaly, Common, End, Run, Step
 from ..runlog import RunLog
+from .goodput_table import goodput_section
 from .heatmaps import build_heatmaps
 from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, run_settings, scan_logs
 from .recovery import recovery_section
@@ -197,6 +198,7 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
                "anomalies") if anomalies else "<p>None.</p>",
         f"<p>{more} more events are in the run log.</p>" if more > 0 else "",
         recovery_section(scans, _table, _cell),
+        goodput_section(scans, _table),
         "<h2>Settings and versions</h2>", _table(["setting", "value"], config_rows, "config"),
         "</main>",
         f'<script type="application/json" id="mw-data">{_json_block(data)}</script>',

@@ -23,6 +23,7 @@ from ..basics import format as fmt
 from ..events import counts, group, summary_entry
 from ..records import Anomaly, Common, End, Rewind, Step
 from ..runlog import RankScan, RunLog
+from ..runlog.goodput import goodput, goodput_text
 from ..runlog.segments import Segment
 from ..runlog.steps import StepIndex, last_common_step
 from .spread import STATS, min_median_max, rank_spread, spread_text
@@ -49,6 +50,7 @@ REWIND_FIELDS = (Rewind.STEP, Rewind.TO_STEP, Rewind.ANOMALY, Rewind.ORIGIN_RANK
 # One entry of the summary's "hangs": which rank hung, after which step, waiting where.
 HANG_FIELDS = (Anomaly.STEP, Anomaly.VALUE, Anomaly.THRESHOLD, Anomaly.WHERE, Anomaly.ACTIONS)
 _HANGS = "hangs"
+GOODPUT = "goodput"
 
 
 def summarize(run: RunLog) -> dict[str, Any]:
@@ -105,6 +107,8 @@ def summarize(run: RunLog) -> dict[str, Any]:
             "ranks": ranks, "spread": spread, _HANGS: hangs,
             _SEGMENTS: max(len(r[_SEGMENTS]) for r in ranks),
             _EARLIER: sum(len(s[_ANOMALIES]) for r in ranks for s in r[_SEGMENTS][:-1]),
+            # the productive share of the wall-clock time and the time lost by cause
+            GOODPUT: goodput(scans),
             "exit_code": HEALTHY if healthy else ANOMALIES}
 
 
@@ -222,6 +226,8 @@ def render_text(summary: dict[str, Any]) -> str:
             parts.append("median step time min/median/max "
                          + "/".join(fmt.duration(spread[Step.STEP_TIME_S][s]) for s in STATS))
         lines.append("  " + "; ".join(parts))
+    if summary.get(GOODPUT):
+        lines.append("  " + goodput_text(summary[GOODPUT]))
     return "\n".join(lines)
 
 

@@ -61,6 +61,8 @@ STEP_FIELDS = (Step.STEP, Step.LOSS, Step.LOSS_SMOOTH, Step.LR, Step.GRAD_NORM,
                Step.STEP_TIME_S, Step.SAMPLES_PER_S, Step.TOKENS_PER_S, Step.MFU, Step.ETA_S)
 # Read of a segment's first step record only, never a column (runlog/segments.py)
 SEGMENT_STEP_FIELDS = (Step.STEPS_COVERED,)
+# Summed per rank, never a column: the goodput's stragglers (runlog/step_times.py)
+TIMING_STEP_FIELDS = (Step.DATA_TIME_S,)
 HOST_FIELDS = (Hardware.CPU_PERCENT, Hardware.MEM_USED_GB, Hardware.RSS_GB)
 DEVICE_FIELDS = (Device.UTIL_PERCENT, Device.MEM_USED_MB, Device.TEMP_C)
 _COMMON = tuple(name for name in Common.REQUIRED if name != Common.KIND)   # kind is the tag
@@ -131,7 +133,8 @@ class FastParser:
         # their depth is measured where a schema bounds it: batch.py)
         self.errors: tuple[type[BaseException], ...] = (msgspec.DecodeError, RecursionError)
         fields: list[tuple[Any, ...]] = [(name, Any) for name in _COMMON + Step.REQUIRED]
-        fields += [(name, Any, None) for name in (*STEP_FIELDS, *SEGMENT_STEP_FIELDS)
+        fields += [(name, Any, None) for name in (*STEP_FIELDS, *SEGMENT_STEP_FIELDS,
+                                                     *TIMING_STEP_FIELDS)
                    if name not in Step.REQUIRED]
         self.StepLine = msgspec.defstruct(
             "StepLine", fields,

@@ -27,6 +27,7 @@ from .fast import DEVICE_FIELDS, HOST_FIELDS, STEP_FIELDS
 from .lines import Record
 from .segments import Segment, figures
 from .states import StateColumns
+from .step_times import StepTimes
 from .steps import StepIndex
 
 X = "x"             # a hardware series' step positions, beside its field columns
@@ -63,6 +64,7 @@ class RankScan:
     state_count: int = 0
     # In file order, at least one once finished; the last is the latest segment.
     segments: list[Segment] = field(default_factory=list)
+    times: StepTimes = field(default_factory=StepTimes)    # where the time went: goodput.py
 
     @property
     def step_count(self) -> int:
@@ -125,6 +127,7 @@ class Scanner:
             self._count_measured([column[done:] if done else column for column in measured])
         if batch.steps:
             self._first_covered(batch.steps)
+        scan.times.add(batch, self._count, skipped)
         self._count += len(batch.steps)
 
     def _place(self, hardware: list[tuple[int, Any]]) -> None:
