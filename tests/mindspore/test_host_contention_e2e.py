@@ -62,7 +62,11 @@ def test_the_demo_slowed_by_other_processes_says_the_host(tmp_path):
     # cannot raise the others' share by another TOP_SHARE to start a new one)
     named_before = any(h["cpu_top"] for h in samples if h["time"] < spun_at)
     assert named_before or any(entry["pid"] in others for h in samples
-                               for entry in h["cpu_top"] or ()), samples[-5:]
+                               for entry in h["cpu_top"] or ()), (
+        f"spinners {others} from {spun_at:.2f}; each sample's time, host and own CPU %, "
+        "wait and top: " + "; ".join(
+            f"{h['time']:.2f} {h['cpu_percent']} {h.get('process_cpu_percent')} "
+            f"{h.get('cpu_wait_s')} {h.get('cpu_top')}" for h in samples))
     for drop in drops:
         if drop["step"] <= 130:
             continue
