@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from mindwatch.anomaly import PEER_STOP, STRAGGLER, USER_STOP, Anomaly
+from mindwatch.anomaly import USER_STOP, Anomaly
 from mindwatch.detectors.pace import Pace
 from mindwatch.detectors.straggler import StragglerDetector
-from mindwatch.policy import SKIP, Policy
+from mindwatch.policy import Policy
 from mindwatch.ranks.consensus import _HOST_BYTES, _SLOTS, Exchange, RankConsensus
 from mindwatch.ranks.peers import Peers, stop_code, stop_reason
 from mindwatch.recovery.rewinding import RewindWish
@@ -43,14 +43,7 @@ class OldRankConsensus(RankConsensus):
     def exchange(self, step: int, stop: int, data_time_s: float, wish: RewindWish | None,
                  touched: bool) -> Exchange:
         n = self.world_size
-        vector = np.zeros(_SLOTS * n, np.float32)
-        vector[self.rank] = stop
-        vector[n + self.rank] = data_time_s
-        if wish is not None:
-            vector[2 * n + self.rank] = step - wish.onset + 1
-            vector[3 * n + self.rank] = stop_code(wish.kind)
-        vector[4 * n + self.rank] = float(touched)
-        total = self._reduce(vector)
+        total = self._reduce(self._slots(step, stop, data_time_s, wish, touched))
         wishes = []
         for rank in range(n):
             back, kind = round(total[2 * n + rank]), stop_reason(round(total[3 * n + rank]))
@@ -64,12 +57,7 @@ class OldRankConsensus(RankConsensus):
     def places(self, host: str, device: int | None
                ) -> dict[int, tuple[str | None, int | None]]:
         n, width = self.world_size, _HOST_BYTES + 1
-        vector = np.zeros(width * n, np.float32)
-        name = host.encode("utf-8")[:_HOST_BYTES]
-        start = self.rank * width
-        vector[start:start + len(name)] = np.frombuffer(name, np.uint8)
-        vector[start + _HOST_BYTES] = -1 if device is None else device
-        total = self._reduce(vector)
+        total = self._reduce(self._place_slots(host, device))
         found: dict[int, tuple[str | None, int | None]] = {}
         for rank in range(n):
             row = total[rank * width:(rank + 1) * width]
@@ -94,18 +82,7 @@ class OldStraggler(StragglerDetector):
         mine = statistics.median(self._old[self.rank])
         others = statistics.median(statistics.median(h) for r, h in enumerate(self._old)
                                    if r != self.rank)
-        margin = max(self.min_fraction * (step_time_s or 0.0), self.min_seconds)
-        slow = mine > self.factor * others and mine - others > margin
-        found = []
-        if self._episode.starts(slow):
-            ratio = mine / others if others > 0 else float("inf")
-            found.append(Anomaly(
-                STRAGGLER, step, mine, self.factor * others,
-                f"rank {self.rank} is a straggler: it spends {mine * 1000:.1f} ms per step "
-                f"before each step (its data and host work), {ratio:.3g}x the other ranks' "
-                f"{others * 1000:.1f} ms (medians over {self.window} steps); every rank waits "
-                f"for it"))
-        return found
+        return self.judge(step, mine, others, step_time_s)
 
     def state_dict(self) -> dict[str, Any]:
         return {"times": [list(h) for h in self._old], **self._episode.state_dict()}
@@ -134,14 +111,7 @@ class OldPeers(Peers):
             reason = stop_reason(code)
             if peer == self.rank or reason is None:
                 continue
-            actions = ["stop"]
-            if reason != USER_STOP and ("checkpoint" in self.policy.actions_for(reason)
-                                        or self.policy.policy_for(reason) == SKIP):
-                actions = ["checkpoint", "stop"]
-            found.append(Anomaly(
-                PEER_STOP, step, float(peer), None,
-                f"rank {peer} stopped the run at step {step} ({reason}); this rank stops "
-                f"after the same step", actions=actions, origin=(peer, reason)))
+            found.append(self.peer_stop(step, peer, reason))
             break
         return found
 

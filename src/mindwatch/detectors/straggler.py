@@ -63,20 +63,23 @@ class StragglerDetector(Detector):
         mid = self.window // 2
         middle = ordered[:, mid].astype(np.float64)
         medians = middle if self.window % 2 else (ordered[:, mid - 1] + middle) / 2
-        mine = float(medians[self.rank])
-        others = _median(np, np.delete(medians, self.rank))
+        return self.judge(step, float(medians[self.rank]),
+                          _median(np, np.delete(medians, self.rank)), step_time_s)
+
+    def judge(self, step: int, mine: float, others: float,
+              step_time_s: float | None) -> list[Anomaly]:
+        """The rule, given this rank's median data time and the other ranks' (seconds)."""
         margin = max(self.min_fraction * (step_time_s or 0.0), self.min_seconds)
         slow = mine > self.factor * others and mine - others > margin
-        found = []
-        if self._episode.starts(slow):
-            ratio = mine / others if others > 0 else float("inf")
-            found.append(Anomaly(
-                STRAGGLER, step, mine, self.factor * others,
-                f"rank {self.rank} is a straggler: it spends {mine * 1000:.1f} ms per step "
-                f"before each step (its data and host work), {ratio:.3g}x the other ranks' "
-                f"{others * 1000:.1f} ms (medians over {self.window} steps); every rank waits "
-                f"for it"))
-        return found
+        if not self._episode.starts(slow):
+            return []
+        ratio = mine / others if others > 0 else float("inf")
+        return [Anomaly(
+            STRAGGLER, step, mine, self.factor * others,
+            f"rank {self.rank} is a straggler: it spends {mine * 1000:.1f} ms per step "
+            f"before each step (its data and host work), {ratio:.3g}x the other ranks' "
+            f"{others * 1000:.1f} ms (medians over {self.window} steps); every rank waits "
+            f"for it")]
 
     def _make_ring(self, np: Any, dtype: Any) -> Any:
         """The ring (of ``dtype``: float32 for the exchange's times, float64 for any other),

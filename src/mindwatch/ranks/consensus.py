@@ -55,14 +55,7 @@ class RankConsensus:
         import numpy as np
 
         n = self.world_size
-        vector = np.zeros(_SLOTS * n, np.float32)
-        vector[self.rank] = stop
-        vector[n + self.rank] = data_time_s
-        if wish is not None:
-            vector[2 * n + self.rank] = step - wish.onset + 1
-            vector[3 * n + self.rank] = stop_code(wish.kind)
-        vector[4 * n + self.rank] = float(touched)
-        total = self._reduce(vector)
+        total = self._reduce(self._slots(step, stop, data_time_s, wish, touched))
         # round() of each slot, as numpy does it (half to even, like round); only the ranks
         # that wish a rewind are visited in Python
         back, kinds = np.rint(total[2 * n:3 * n]), np.rint(total[3 * n:4 * n])
@@ -73,6 +66,21 @@ class RankConsensus:
         return Exchange(stop_codes=np.rint(total[:n]).astype(np.int64),
                         data_times=np.array(total[n:2 * n]),
                         rewind_wishes=wishes, touched=bool(total[4 * n:].sum() > 0))
+
+    def _slots(self, step: int, stop: int, data_time_s: float, wish: RewindWish | None,
+               touched: bool) -> np.ndarray:
+        """This rank's exchange vector: its own slots set, zeros elsewhere (_SLOTS)."""
+        import numpy as np
+
+        n = self.world_size
+        vector = np.zeros(_SLOTS * n, np.float32)
+        vector[self.rank] = stop
+        vector[n + self.rank] = data_time_s
+        if wish is not None:
+            vector[2 * n + self.rank] = step - wish.onset + 1
+            vector[3 * n + self.rank] = stop_code(wish.kind)
+        vector[4 * n + self.rank] = float(touched)
+        return vector
 
     def gather(self, vector: np.ndarray) -> np.ndarray:
         """Every rank's ``vector`` (float32, the same length on every rank), one row each."""
@@ -90,12 +98,7 @@ class RankConsensus:
         import numpy as np
 
         n, width = self.world_size, _HOST_BYTES + 1
-        vector = np.zeros(width * n, np.float32)
-        name = host.encode("utf-8")[:_HOST_BYTES]
-        start = self.rank * width
-        vector[start:start + len(name)] = np.frombuffer(name, np.uint8)
-        vector[start + _HOST_BYTES] = -1 if device is None else device
-        total = self._reduce(vector).reshape(n, width)
+        total = self._reduce(self._place_slots(host, device)).reshape(n, width)
         # The byte values and devices are exact in float32. Every rank's name in one bytes
         # object; each distinct name decoded once (the ranks of a host share it).
         names = np.where(total[:, :_HOST_BYTES] > 0, total[:, :_HOST_BYTES], 0)
@@ -111,6 +114,20 @@ class RankConsensus:
         devices = np.where(total[:, -1] < 0, -1, total[:, -1]).astype(np.int64).tolist()
         return {rank: (text, None if device < 0 else device)
                 for rank, (text, device) in enumerate(zip(texts, devices, strict=True))}
+
+
+    def _place_slots(self, host: str, device: int | None) -> np.ndarray:
+        """This rank's ``places`` vector: its host name's first bytes and its device (-1:
+        none) in its own row, zeros elsewhere."""
+        import numpy as np
+
+        width = _HOST_BYTES + 1
+        vector = np.zeros(width * self.world_size, np.float32)
+        name = host.encode("utf-8")[:_HOST_BYTES]
+        start = self.rank * width
+        vector[start:start + len(name)] = np.frombuffer(name, np.uint8)
+        vector[start + _HOST_BYTES] = -1 if device is None else device
+        return vector
 
 
 def consensus_of(rank: RankInfo, world_size: int, reduce_sum: Callable[[], ReduceSum] | None,

@@ -69,20 +69,22 @@ class Peers:
         for peer in _stopping(stop_codes):
             if peer == self.rank:
                 continue
-            reason = STOP_REASONS[int(stop_codes[peer]) - 1]
-            # The peer's policy decides what this rank does too: if it checkpoints, every
-            # rank that holds weights checkpoints. A "skip" kind stops only when escalated
-            # to checkpoint_and_stop (skipping.py).
-            actions = ["stop"]
-            if reason != USER_STOP and ("checkpoint" in self.policy.actions_for(reason)
-                                        or self.policy.policy_for(reason) == SKIP):
-                actions = ["checkpoint", "stop"]
-            found.append(Anomaly(
-                PEER_STOP, step, float(peer), None,
-                f"rank {peer} stopped the run at step {step} ({reason}); this rank stops "
-                f"after the same step", actions=actions, origin=(peer, reason)))
+            found.append(self.peer_stop(step, peer, STOP_REASONS[int(stop_codes[peer]) - 1]))
             break
         return found
+
+    def peer_stop(self, step: int, peer: int, reason: str) -> Anomaly:
+        """This rank's ``peer_stop``: ``peer`` stopped the run at ``step`` for ``reason``."""
+        # The peer's policy decides what this rank does too: if it checkpoints, every rank
+        # that holds weights checkpoints. A "skip" kind stops only when escalated to
+        # checkpoint_and_stop (skipping.py).
+        actions = ["stop"]
+        if reason != USER_STOP and ("checkpoint" in self.policy.actions_for(reason)
+                                    or self.policy.policy_for(reason) == SKIP):
+            actions = ["checkpoint", "stop"]
+        return Anomaly(PEER_STOP, step, float(peer), None,
+                       f"rank {peer} stopped the run at step {step} ({reason}); this rank "
+                       f"stops after the same step", actions=actions, origin=(peer, reason))
 
     def attribute(self, obs: Any, found: list[Anomaly]) -> list[Anomaly]:
         """Name, in each gradient anomaly of this step, the rank whose own gradients (before
