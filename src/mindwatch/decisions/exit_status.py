@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable, Sequence
+from traceback import print_exc
+from typing import Any
 
 from ..anomaly import PEER_STOP, SIGNAL_STOP, SINK_ERROR, USER_STOP, Anomaly
 
@@ -44,12 +47,26 @@ def exit_message(stop: Anomaly, status: int, rank: int) -> str:
             f"status {status} (stop_exit_code)")
 
 
-def exit_after(code: int | None, stop: Anomaly | None, rank: int) -> None:
+def exit_after(code: int | None, stop: Anomaly | None, rank: int,
+               ends: Sequence[Callable[[], Any]] = ()) -> None:
     """Raises ``SystemExit`` with the status ``stop`` gets under ``code``, after saying so on
     stderr; returns when there is none (no stop, no ``stop_exit_code``, or a stop that is no
-    fault of the training)."""
+    fault of the training), running nothing. ``ends``: the endings of the callbacks after
+    mindwatch's, which the framework calls in order and the ``SystemExit`` would skip (a
+    checkpoint's last save, a tracker's flush), run first, each once; one that fails is
+    printed and the others still run, since the process exits anyway."""
     status = stop_exit_status(code, stop)
     if stop is None or status is None:
         return
+    for end in ends:
+        try:
+            end()
+        except Exception:
+            print_exc(file=sys.stderr)
     print(exit_message(stop, status, rank), file=sys.stderr, flush=True)
     raise SystemExit(status)
+
+
+def after_own(callbacks: Sequence[Any], own: Any) -> list[Any]:
+    """The callbacks after ``own`` in a framework's list (none when it is not there)."""
+    return next((list(callbacks[i + 1:]) for i, cb in enumerate(callbacks) if cb is own), [])

@@ -36,10 +36,10 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ...anomaly import Anomaly
-from ...decisions.exit_status import stopped_by
+from ...decisions.exit_status import after_own, exit_after, stopped_by
 from ..callback import TrainMonitor
 from ..checkpoints.training_state import HF
-from .stopping import asks_checkpoint, exit_once_ended, later
+from .stopping import asks_checkpoint
 
 
 class HFCallback(TrainerCallback):
@@ -141,10 +141,10 @@ class HFCallback(TrainerCallback):
         self.train_monitor.close(exit=False)     # the trainer exits once it has ended
         trainer, self._trainer = self._trainer, None
         callbacks = trainer.callback_handler.callbacks if trainer is not None else []
-        exit_once_ended(self.train_monitor.settings.stop_exit_code, self.monitor.stop_requested,
-                        self.monitor.rank,
-                        [partial(callback.on_train_end, args, state, control, **kwargs)
-                         for callback in later(callbacks, self)])
+        exit_after(self.train_monitor.settings.stop_exit_code, self.monitor.stop_requested,
+                   self.monitor.rank, [partial(callback.on_train_end, args, state, control,
+                                               **kwargs)
+                                       for callback in after_own(callbacks, self)])
 
     def _restore(self) -> None:
         if self._hook is not None:

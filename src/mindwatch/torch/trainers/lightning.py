@@ -31,10 +31,11 @@ from typing import Any
 from lightning.pytorch import Callback
 from torch.nn.parallel import DistributedDataParallel
 
+from ...decisions.exit_status import after_own, exit_after
 from ..callback import TrainMonitor
 from ..checkpoints.training_state import LIGHTNING
 from .batch import samples_in
-from .stopping import asks_checkpoint, exit_once_ended, later
+from .stopping import asks_checkpoint
 
 
 class LightningCallback(Callback):
@@ -120,10 +121,9 @@ class LightningCallback(Callback):
     def teardown(self, trainer, pl_module, stage: str) -> None:
         if stage != "fit":
             return
-        exit_once_ended(self.train_monitor.settings.stop_exit_code, self.monitor.stop_requested,
-                        self.monitor.rank,
-                        [partial(callback.teardown, trainer, pl_module, stage)
-                         for callback in later(trainer.callbacks, self)])
+        exit_after(self.train_monitor.settings.stop_exit_code, self.monitor.stop_requested,
+                   self.monitor.rank, [partial(callback.teardown, trainer, pl_module, stage)
+                                       for callback in after_own(trainer.callbacks, self)])
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self.monitor.close(reason="error", error=f"{type(exception).__name__}: {exception}")
