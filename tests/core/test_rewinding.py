@@ -1,33 +1,15 @@
 """on_anomaly "rewind" in the framework-free core: snapshots, targets, escalation, records."""
-import copy
 import math
 
 import pytest
 
+from dict_store import DictStore
 from mindwatch import Monitor
 from mindwatch.framework import FrameworkHooks
 from mindwatch.runlog import read_rank_log
 
 QUIET = dict(hardware_interval_s=None, print_interval=10**6, spike_window=8, spike_warmup=4,
              grad_explode=1e30)
-
-
-class DictStore:
-    """A SnapshotStore over a plain Python training state (a dict of numbers)."""
-
-    def __init__(self):
-        self.state = {"w": 0.0, "step": 0}
-        self.copies = {}
-
-    def take(self, step):
-        self.copies[step] = copy.deepcopy(self.state)
-        return 16
-
-    def restore(self, step):
-        self.state = copy.deepcopy(self.copies[step])
-
-    def drop(self, step):
-        del self.copies[step]
 
 
 def _monitor(tmp_path, store, **settings):

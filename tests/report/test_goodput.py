@@ -2,13 +2,13 @@
 clock, whose lost time is known by construction: a start-up, a pause between steps (a
 "save"), a restart between two segments, a withheld step, a rewind, a slow rank. Read
 through the real commands: ``summary`` (text and --json) and ``report``."""
-import copy
 import io
 import json
 import time
 
 import pytest
 
+from dict_store import DictStore
 from mindwatch import Monitor
 from mindwatch.cli import main
 from mindwatch.framework import FrameworkHooks
@@ -100,23 +100,6 @@ def test_a_crashed_segment_restarted(tmp_path, clock, capsys):
     goodput, _ = _summary(run, capsys)
     assert _lost(goodput) == {"restart": 12.0}
     assert (goodput["wall_s"], goodput["productive_s"]) == (17.0, 5.0)
-
-
-class DictStore:
-    """A SnapshotStore over a plain dict (as tests/core/test_rewinding.py)."""
-
-    def __init__(self):
-        self.state, self.copies = {"w": 0.0}, {}
-
-    def take(self, step):
-        self.copies[step] = copy.deepcopy(self.state)
-        return 16
-
-    def restore(self, step):
-        self.state = copy.deepcopy(self.copies[step])
-
-    def drop(self, step):
-        del self.copies[step]
 
 
 def test_rewound_steps_are_lost(tmp_path, clock, capsys):
