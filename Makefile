@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-compat test-torch lint venv bench docs clean
+.PHONY: demo test test-compat test-torch test-scale lint venv bench docs clean
 
 venv: $(STAMP)
 
@@ -89,6 +89,20 @@ $(TORCH_VENV)/.installed: requirements-torch.lock pyproject.toml
 test-torch: $(TORCH_VENV)/.installed
 	$(TORCH_VENV)/bin/python -m pytest -n $(TORCH_WORKERS) -p no:cacheprovider tests/pytorch \
 	  $(PYTEST_ARGS)
+
+# Real jobs past two ranks (tests/scale, marked scale; make test leaves them out): msrun with 8
+# and with 16 ranks on this host, msrun with 8 and torchrun with 4 on two nodes (each node a
+# network and UTS namespace of its own: tests/scale/two_nodes.py; needs root, as CI has). One
+# job at a time, in one pytest process a venv: 16 ranks already share the 2 cores. ~3 minutes
+# on the 2-core host; each job's time is its fixture's setup in the durations listed. Both
+# venvs' tests run, whichever fails.
+test-scale: $(STAMP) $(TORCH_VENV)/.installed
+	@status=0; \
+	$(PY) -m pytest -p no:cacheprovider -m scale --durations=0 --durations-min=5 \
+	  tests/scale/test_msrun_scale.py $(PYTEST_ARGS) || status=1; \
+	$(TORCH_VENV)/bin/python -m pytest -p no:cacheprovider -m scale --durations=0 \
+	  --durations-min=5 tests/scale/test_torchrun_scale.py $(PYTEST_ARGS) || status=1; \
+	exit $$status
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy

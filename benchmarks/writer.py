@@ -5,7 +5,14 @@ fast encoder (msgspec, when installed) and once through the standard ``json`` en
 side by side; then hardware records (nested: 8 devices), which always take the standard
 path. The goal: at least 200,000 step records/s.
 
+``--dir PATH --writers N`` measures a file system instead (a cluster's shared one, where
+every rank appends to its own run log): N processes each append step records to their own
+file in PATH at ``--per-second`` records a second, and the slowest writes are printed (the
+99th, 99.9th percentile and the worst, ms): a stalled write stalls the step that makes it
+(docs/scale.md).
+
     python benchmarks/writer.py [--records 200000]
+    python benchmarks/writer.py --dir /shared/scratch --writers 64 --per-second 10
 """
 from __future__ import annotations
 
@@ -39,10 +46,49 @@ def rate(record: dict, count: int, directory: str) -> float:
     return count / elapsed
 
 
+def latencies(path: str, count: int, per_second: float) -> list[float]:
+    """One writer's write times (s) of ``count`` step records to ``path``, paced."""
+    sink, found = JsonlSink(path), []
+    record = dict(STEP)
+    for step in range(count):
+        record["step"] = step
+        started = time.perf_counter()
+        sink.write(record)
+        found.append(time.perf_counter() - started)
+        time.sleep(max(0.0, 1.0 / per_second - found[-1]))
+    sink.close()
+    return found
+
+
+def file_system(directory: str, writers: int, count: int, per_second: float) -> int:
+    from concurrent.futures import ProcessPoolExecutor
+
+    paths = [os.path.join(directory, f"mindwatch-bench-rank_{r}-{os.getpid()}.jsonl")
+             for r in range(writers)]
+    try:
+        with ProcessPoolExecutor(writers) as pool:
+            found = sorted(t for times in pool.map(latencies, paths, [count] * writers,
+                                                   [per_second] * writers) for t in times)
+    finally:
+        for path in paths:
+            if os.path.exists(path):
+                os.remove(path)
+    at = lambda share: found[min(len(found) - 1, int(share * len(found)))] * 1e3  # noqa: E731
+    print(f"{writers} writers x {count} step records at {per_second:g}/s in {directory}: "
+          f"median {at(0.5):.3f} ms, p99 {at(0.99):.3f} ms, p99.9 {at(0.999):.3f} ms, "
+          f"worst {found[-1] * 1e3:.3f} ms per write")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--dir", help="measure this file system's write latency instead")
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--per-second", type=float, default=10.0)
     args = parser.parse_args()
+    if args.dir is not None:
+        return file_system(args.dir, args.writers, min(args.records, 2000), args.per_second)
     fast = line._FAST
     with tempfile.TemporaryDirectory() as directory:
         rows = []

@@ -156,14 +156,13 @@ def _summary(args: argparse.Namespace) -> int:
     Example: ``mindwatch summary runs/exp1 --json``
     """
     _existing_dir("RUN_DIR", args.run_dir)
-    from .report.summary import render_text, summarize
-    from .runlog import NONE, RunLogError, read_run
+    from .report.summary import render, summarize_dir
+    from .runlog import RunLogError
     try:
-        # it shows no state record and draws no chart
-        result = summarize(read_run(args.run_dir, states=NONE, charts=False))
+        result = summarize_dir(args.run_dir)
     except RunLogError as exc:
         raise CliError(str(exc)) from exc
-    print(json.dumps(result, indent=2, default=str) if args.json else render_text(result))
+    print(json.dumps(result, indent=2, default=str) if args.json else render(result))
     return result["exit_code"]
 
 
@@ -218,11 +217,24 @@ def _report(args: argparse.Namespace) -> int:
         if not rank_logs(path):
             raise CliError(f"RUN_DIR {path}: no rank_<R>.jsonl run logs found; is this a "
                            "mindwatch log_dir?")
+    from .runlog import FIRST, NONE, RunLogError, read_run
+    if len(dirs) == 1 and args.png is None and os.path.exists(os.path.join(dirs[0], "job.jsonl")):
+        # a job's page reads job.jsonl and the ranks it names, never every rank's log
+        from .report.job.page import write_job_report
+        try:
+            written = write_job_report(dirs[0], output, max_points=args.max_points)
+        except RunLogError as exc:
+            raise CliError(str(exc)) from exc
+        except OSError as exc:
+            raise CliError(f"-o/--output: cannot write {output}: {exc.strerror or exc}"
+                           ) from exc
+        if written is not None:
+            print(written)
+            return 0
     from .report.compare import write_compare, write_compare_pngs
     from .report.html import write_html
     from .report.png import write_pngs
     from .report.runs import run_labels
-    from .runlog import FIRST, NONE, RunLogError, read_run
     try:
         # a run's page draws the first rank's state records; the comparison page none
         runs = [read_run(path, states=FIRST if len(dirs) == 1 else NONE) for path in dirs]
@@ -363,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"mindwatch {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (``mindwatch summary DIR | head``): quiet, as a program killed
+        # by SIGPIPE is, and stdout pointed at /dev/null so the exit's flush says nothing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     except Exception as exc:  # documented in docs/cli.md: one line, never a traceback
         print(_one_line(f"mindwatch {args.command}: {type(exc).__name__}: {exc}"),
               file=sys.stderr)

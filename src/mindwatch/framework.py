@@ -86,6 +86,11 @@ class FrameworkHooks:
     - ``push_limits(limits)``: hands the protected step the limits its next step is judged
       by (``recovery.skipping.SkipLimits``): after every step end, at a segment's start and
       after ``load_state_dict``.
+    - ``replicated() -> bool``: every rank holds the same training state (pure data
+      parallelism: no tensor, pipeline, expert or optimizer-state sharding), so a job-level
+      event needs one report and one checkpoint, rank 0's (decisions/job_share.py); asked
+      when an anomaly is acted on. None or False (unknown, or sharded): each rank writes its
+      own, as its part of the state.
     """
 
     versions: Mapping[str, str | None] = field(default_factory=dict)
@@ -103,11 +108,12 @@ class FrameworkHooks:
     consensus: Callable[[int, Callable[[str], None], Peers], RankConsensus | None] | None = None
     fingerprinter: Callable[[Any], Fingerprinter] | None = None
     push_limits: Callable[[SkipLimits], None] | None = None
+    replicated: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         for name in ("save_checkpoint", "resume_hint", "notes", "memory_reader", "unprotected",
                      "saved_states", "tensorboard_dir", "replay", "consensus", "fingerprinter",
-                     "push_limits"):
+                     "push_limits", "replicated"):
             hook = getattr(self, name)
             if hook is not None and not callable(hook):
                 raise TypeError(f"FrameworkHooks.{name} must be callable or None; got "
@@ -126,3 +132,11 @@ class FrameworkHooks:
 
     def report_notes(self) -> list[str]:
         return list(self.notes()) if self.notes is not None else []
+
+    def replicated_state(self) -> bool:
+        """``replicated()``; False where the hook cannot tell (none, or it raised): every
+        rank then keeps its own files, which loses nothing."""
+        try:
+            return bool(self.replicated()) if self.replicated is not None else False
+        except Exception:
+            return False

@@ -24,12 +24,15 @@ from .basics.clock import Clock, SystemClock
 from .basics.rank import rank_from_env
 from .basics.run_dir import prepare
 from .decisions.actions import Actions
+from .decisions.job_share import JobScope
 from .decisions.replays import Replays
 from .decisions.responder import Responder
 from .decisions.stops import StopRequests
 from .detectors import Detector, LrAnomalyDetector, build_detectors
 from .detectors.update_size import WeightScale
 from .framework import FrameworkHooks
+from .job.fields import kinds_of
+from .job.job import Job
 from .observation import HardwareSample, StepObservation
 from .pipeline import history
 from .pipeline.loss_stats import LossStats
@@ -138,8 +141,10 @@ class Monitor:
         self._writer = RecordWriter(rank=self.rank, clock=self.clock, console=self.console,
                                     open_sinks=self._open_sinks,
                                     on_error=self.settings.on_sink_error)
+        self._sync = RankSync(self, self.framework.fingerprinter)
         self.responder = Responder(log_dir=self.log_dir, rank=self.rank, policy=self.policy,
-                                   framework=self.framework)
+                                   framework=self.framework,
+                                   scope=JobScope(self._sync, self.peers, kinds_of))
         self.loss_stats = LossStats(self.settings.loss_smoothing)
         self._timing = StepTiming(Throughput(self.settings.tokens_per_sample,
                                              self.settings.flops_per_token,
@@ -160,7 +165,9 @@ class Monitor:
         self._ranks = RankDecisions(peers=self.peers, rewinds=self.rewinds, skips=self.skips,
                                     current=current, actions=actions, writer=writer)
         self.replicas = ReplicaCheck(peers=self.peers, act=actions.act)
-        self._sync = RankSync(self, self.framework.fingerprinter)
+        self.job = Job(rank=self.rank, world_size=self.world_size, log_dir=self.log_dir,
+                       log_path=self.log_path, device=self.local_rank, clock=self.clock,
+                       resume=self.settings.resume, notice=self.notice)
         self._hardware = HardwareInput(
             interval_s=self.settings.hardware_interval_s, all_devices=self.settings.all_devices,
             memory_reader=self.framework.memory_reader, detectors=self.detectors,
@@ -225,6 +232,8 @@ class Monitor:
         consensus = self.framework.consensus
         self._sync.begin(after_step, lambda: None if consensus is None else consensus(
             self.world_size, self.notice, self.peers))
+        if self._sync.exchanging:
+            self.job.begin(self.peers.places, self.world_size)
         self._push_limits()                  # a loaded state_dict carries windows
 
     def _ensure_started(self, *, total_steps: int | None = None, **run_info: Any) -> None:
@@ -238,12 +247,13 @@ class Monitor:
         self.console.total_steps = total_steps
         self._timing.eta.begin(total_steps)
         self._hardware.start()
-        self._writer.emit(records.RUN, {
-            Run.SCHEMA: records.SCHEMA_VERSION, Run.WORLD_SIZE: self.world_size,
-            Run.HOST: socket.gethostname(), Run.PID: os.getpid(),
-            Run.CONFIG: self.settings.as_record(), Run.VERSIONS: self.versions,
-            Run.LOG_PATH: self.log_path, Run.TOTAL_STEPS: total_steps, Run.ARGV: list(sys.argv),
-            **run_info})
+        run = {Run.SCHEMA: records.SCHEMA_VERSION, Run.WORLD_SIZE: self.world_size,
+               Run.HOST: socket.gethostname(), Run.PID: os.getpid(),
+               Run.CONFIG: self.settings.as_record(), Run.VERSIONS: self.versions,
+               Run.LOG_PATH: self.log_path, Run.TOTAL_STEPS: total_steps,
+               Run.ARGV: list(sys.argv), **run_info}
+        self._writer.emit(records.RUN, run)
+        self.job.started(run)
         if not self._said_untested:
             self._said_untested = True
             for message in self.framework.untested:
@@ -278,10 +288,11 @@ class Monitor:
         self._stops.check_signal()           # one that came after the last step
         self.end_epoch()
         error = error or segment.sink_error
-        self._writer.emit(records.END, {
-            End.REASON: reason or segment.end_reason(error), End.STEPS: segment.last_step,
-            End.ELAPSED_S: self.clock.perf_counter() - segment.start_perf, End.ERROR: error,
-            End.STOPPED_BY: segment.stopped_by(self.rank)})
+        end = {End.REASON: reason or segment.end_reason(error), End.STEPS: segment.last_step,
+               End.ELAPSED_S: self.clock.perf_counter() - segment.start_perf, End.ERROR: error,
+               End.STOPPED_BY: segment.stopped_by(self.rank)}
+        self._writer.emit(records.END, end)
+        self.job.end(end)
         segment.closed = True
         self._writer.close()
         self._stops.finish()                 # a received signal takes its usual course now
@@ -392,8 +403,14 @@ class Monitor:
             error = exc
         if stop_asked:
             self.request_stop()
-        found += self._sync.after_step(step, data_time_s=fields.get("data_time_s"),
-                                       step_time_s=fields.get("step_time_s"), state=replicas)
+        history = self.responder.history
+        row = self.job.row(history[-1] if history else None, self.responder.hardware,
+                           found) if self._sync.exchanging else None
+        after = self._sync.after_step(step, data_time_s=fields.get("data_time_s"),
+                                      step_time_s=fields.get("step_time_s"), state=replicas,
+                                      job_row=row)
+        self.job.step(step, self._sync.job_rows, found, after)
+        found += after
         self._push_limits()
         if error is not None:
             raise error
@@ -472,11 +489,14 @@ class Monitor:
 
     def observe_peers(self, *, step: int, stop_codes: Sequence[int] | np.ndarray,
                       data_times: Sequence[float] | np.ndarray,
-                      step_time_s: float | None = None) -> list[Anomaly]:
+                      step_time_s: float | None = None,
+                      middles: np.ndarray | None = None) -> list[Anomaly]:
         """What every rank said after ``step``: stops to follow, stragglers (one entry per
-        rank: lists, or the exchange's numpy arrays)."""
+        rank: lists, or the exchange's numpy arrays; ``middles``: what the ranks' straggler
+        rules shared, ``Exchange.middles``)."""
         return self._ranks.observe_peers(step=step, stop_codes=stop_codes,
-                                         data_times=data_times, step_time_s=step_time_s)
+                                         data_times=data_times, step_time_s=step_time_s,
+                                         middles=middles)
 
     def settle_rewind(self, *, step: int, wishes: Sequence[RewindWish] | None = None,
                       touched: bool | None = None) -> RewindEvent | None:

@@ -77,6 +77,13 @@ def test_summary_reads_every_rank_and_gives_the_spread(tmp_path, capsys, make_cl
     assert spread["loss"] == {"min": 2.0, "median": 2.2, "max": 2.4, "nonfinite": {"1": "NaN"}}
     assert spread["step_time_s"]["min"] == pytest.approx(0.1)
     assert spread["step_time_s"]["max"] == pytest.approx(0.3)
+    # The text answers for the job (issue #43): no line per rank; the NaN is the job's one
+    # event, named with its rank and host.
     assert main(["summary", str(tmp_path)]) == 1
-    assert "across 3 ranks; loss at step 2 min/median/max 2/2.2/2.4, nan on rank 1; " \
-        in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == ("  3 ranks on 1 host (rank logs): steps 1-2, completed; loss 3.233 -> "
+                        "nan (mean over ranks; last finite 3.233)")
+    assert lines[2].startswith("  loss_nonfinite at step 2 on rank 1 (host ")
+    assert lines[2].endswith(") [warn]")
+    assert "rank 2 the slowest (largest step time at 2 of 2 steps, 300.0 ms against a median " \
+        "200.0 ms)" in lines[4]

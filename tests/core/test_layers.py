@@ -8,9 +8,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "mindwatch"
 # Lowest first: a module may import from its own layer and the ones before it.
 LAYERS = [
-    {"basics"}, {"records"}, {"anomaly", "policy", "observation", "version", "events"}, {"sinks"},
+    {"basics"}, {"records", "job_schema"},
+    {"anomaly", "policy", "observation", "version", "events"}, {"sinks"},
     {"settings"}, {"detectors", "hardware", "runlog"}, {"recovery"}, {"framework"},
-    {"pipeline"}, {"decisions"}, {"ranks"}, {"background"}, {"monitor", "__init__"},
+    {"pipeline"}, {"decisions"}, {"ranks"}, {"job"}, {"background"}, {"monitor", "__init__"},
     {"report"}, {"mindspore", "torch"}, {"mindformers"}, {"cli"},
 ]
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}

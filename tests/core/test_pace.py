@@ -236,3 +236,19 @@ def test_a_data_time_given_in_extra_counts_as_the_argument(tmp_path, clock):
     assert [a.kind for a in found] == ["data_bound"]
     monitor.close()
     assert read_rank_log(monitor.log_path).steps[-1]["data_time_s"] == 0.08
+
+
+def test_a_segment_that_starts_during_a_drop_learns_its_own_baseline(tmp_path, clock):
+    """The first segment ends slow (its drop still open); the next one learns its own pace
+    (3x the step: its steady pace, no alarm) and a drop against that pace is found. An
+    episode left open used to keep the new baseline from being learned: an AssertionError
+    at the new segment's first full window."""
+    monitor = _monitor(tmp_path, clock)
+    _run(monitor, clock, [None] * 40)
+    assert [a.step for a in _run(monitor, clock, [(0.3, 0.01)] * 20, first=41)] == [45]
+    monitor.close()
+    monitor.start()
+    assert _run(monitor, clock, [(0.3, 0.01)] * 60, first=61) == []
+    [drop] = _run(monitor, clock, [(0.9, 0.01)] * 10, first=121)
+    assert drop.step == 125 and drop.threshold == pytest.approx(0.45)
+    monitor.close()

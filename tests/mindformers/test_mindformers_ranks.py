@@ -3,6 +3,8 @@
 runs go one after another in one msrun job (one cluster start-up: ``runs``), each test
 reading its own."""
 
+import os
+
 import numpy as np
 import pytest
 from mf_config import (
@@ -93,14 +95,15 @@ def test_nan_on_one_rank_stops_both_at_that_step_with_the_last_good_weights(runs
     assert {a["anomaly"] for a in second.anomalies} >= {"loss_nonfinite"}
     assert "gradient_nonfinite" in {a["anomaly"] for a in first.anomalies}
     assert applied == [5, 5]
-    saved = [ms.load_checkpoint(next(a["checkpoint"] for a in log.anomalies if a["checkpoint"]))
-             for log in (first, second)]
-    assert sorted(saved[0]) == sorted(saved[1])
-    for name, value in saved[0].items():
+    # data parallelism (model_parallel 1): the ranks hold the same state, so the job's one
+    # checkpoint is rank 0's (issue #43), and it holds the last good weights
+    [path] = {a["checkpoint"] for a in first.anomalies if a["checkpoint"]}
+    assert os.listdir(os.path.dirname(path)) == [os.path.basename(path)]
+    assert all(a["checkpoint"] is None and a["report"] is None for a in second.anomalies)
+    for name, value in ms.load_checkpoint(path).items():
         if "adam" in name or "global_step" in name or name.startswith("mindwatch"):
             continue
-        weights = value.asnumpy()
-        assert np.isfinite(weights).all() and np.array_equal(weights, saved[1][name].asnumpy())
+        assert np.isfinite(value.asnumpy()).all(), name
 
 
 def test_mindwatchs_cell_withholds_one_ranks_nan_on_both_and_names_that_rank(runs):

@@ -3,6 +3,7 @@
 The scenarios that end by themselves run one after another in one msrun job (one cluster
 start-up for all: ``job``); each test reads its own scenario's run. Each test has a hard
 timeout, so a hang fails fast instead of blocking CI."""
+import json
 import math
 import os
 import signal
@@ -167,8 +168,17 @@ def test_nan_on_one_rank_stops_both_after_the_same_step(job):
     assert kinds[0] & {"gradient_nonfinite", "peer_stop"}   # the reduced gradient is NaN
     for log in run.ranks:
         assert all(a["step"] == 5 for a in log.anomalies)
-        checkpoints = {a["checkpoint"] for a in log.anomalies if a["checkpoint"]}
-        assert checkpoints and all(os.path.exists(c) for c in checkpoints)
+    # DATA_PARALLEL: the ranks hold the same state, so the job's report and checkpoint are
+    # rank 0's alone (issue #43); rank 1 logs its findings, naming them rank 0's
+    root = job.root / "nan_rank1" / "run"
+    assert sorted(os.listdir(root / "checkpoints")) == ["anomaly_step5_rank0.ckpt"]
+    reports = os.listdir(root / "anomalies")
+    assert reports and all(name.startswith("step5_rank0") for name in reports), reports
+    assert all(a["report"] is None and a["checkpoint"] is None for a in second.anomalies)
+    assert all(a["message"].endswith("rank 0's (every rank holds the same training state)")
+               for a in second.anomalies)
+    with open(next(a["report"] for a in first.anomalies if a["report"])) as handle:
+        assert json.load(handle)["job"]["by_kind"]["loss_nonfinite"] == "1"
     # The bad update was withheld on both ranks, which still hold identical weights.
     for array in same_weights_on_both_ranks(out).values():
         assert np.isfinite(array).all()
@@ -227,7 +237,9 @@ def test_overheat_on_rank0_stops_rank1_too(job):
     assert first.steps[-1]["step"] == second.steps[-1]["step"] == peer["step"] < 200
     assert first.end["reason"] == second.end["reason"] == "stopped"
     assert second.end["stopped_by"] == {"anomaly": "overheat", "step": peer["step"], "rank": 0}
-    assert peer["checkpoint"] and os.path.exists(peer["checkpoint"])  # its weights saved too
+    # the ranks hold the same state: rank 0's checkpoint is the job's, rank 1 writes none
+    assert os.path.exists(overheat[0]["checkpoint"]) and peer["checkpoint"] is None
+    assert peer["report"] is None and "rank 0's" in peer["message"]
     # One stop, told once: by rank 0, which found it; rank 1 only followed (each rank closed
     # its run log after draining its alerts, so every post has arrived).
     assert [(p["body"]["event"], p["body"]["rank"], p["body"]["anomaly"]) for p in job.posts] \
@@ -249,7 +261,9 @@ def test_a_rank_stalled_in_its_data_source_hangs_both_and_summary_names_them(job
                               str(job.root / "hang_rank1" / "run")], capture_output=True, text=True,
                              timeout=60)
     assert summary.returncode == 1
-    assert summary.stdout.splitlines()[0].endswith(": 2 ANOMALIES, HUNG ON RANKS 0, 1")
+    # the job's answer (issue #43): one hang of the job at one step, found on both ranks,
+    # is one anomaly, not one per rank
+    assert summary.stdout.splitlines()[0].endswith(": 1 ANOMALY, HUNG ON RANKS 0, 1")
     [hung] = [line for line in summary.stdout.splitlines() if line.startswith("  hung: ")]
     assert f"rank 0 after step {STALL_STEP - 1}" in hung
     assert f"rank 1 after step {STALL_STEP - 1}" in hung
@@ -319,11 +333,15 @@ def test_sigterm_stops_every_rank_after_the_same_step(tmp_path, targets):
         assert stopped_by in [{"anomaly": "signal", "step": step, "rank": r} for r in targets]
         if stopped_by["rank"] != log.rank:
             assert "peer_stop" in [a["anomaly"] for a in log.anomalies]
+    # the ranks hold the same state: the signal's checkpoint is rank 0's, though only rank
+    # 1 was signalled (issue #43)
+    signalled = log_dir / "checkpoints" / f"signal_step{step}_rank0.ckpt"
+    assert signalled.exists()
     if targets == (1,):
         [peer] = [a for a in run.ranks[0].anomalies if a["anomaly"] == "peer_stop"]
         assert peer["step"] == step and peer["actions"] == ["checkpoint", "stop"]
-        assert os.path.exists(peer["checkpoint"])
-    assert (log_dir / "checkpoints" / f"signal_step{step}_rank1.ckpt").exists()
+        assert peer["checkpoint"] == str(signalled)
+        assert not (log_dir / "checkpoints" / f"signal_step{step}_rank1.ckpt").exists()
 
 
 def test_a_custom_loop_stops_every_rank_after_the_step_one_rank_was_signalled(job):

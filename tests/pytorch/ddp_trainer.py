@@ -7,7 +7,8 @@ step 4, so its replica differs from then on), or ``signal_rank1`` (rank 1 sends 
 SIGTERM during step 6; its own handler, which mindwatch chains to once the run is on disk,
 raises ``Preempted``). Each backward is given a closure (replay). ``stop_exit_code=42``:
 each rank writes ``exit_rank<R>`` (the status ``close`` exited with, or ``preempted``) in
-LOG_DIR before it exits so."""
+LOG_DIR before it exits so.
+``nan_rank<R>``: rank R's loss NaN at step 6 (tests/scale's jobs of more ranks)."""
 import io
 import os
 import signal
@@ -55,8 +56,9 @@ def main(log_dir: str, fault: str) -> None:
         def loss_of(x=x, y=y, step=step, calls=calls):
             loss = nn.functional.mse_loss(ddp(x), y)
             calls.append(step)
-            bad = fault == "nan_rank1" or (fault == "transient_rank1" and len(calls) == 1)
-            return loss * float("nan") if bad and rank == 1 and step == 6 else loss
+            bad = fault == f"nan_rank{rank}" or (fault == "transient_rank1" and rank == 1
+                                                 and len(calls) == 1)
+            return loss * float("nan") if bad and step == 6 else loss
         monitor.backward(loss_of)
         optimizer.step()
         optimizer.zero_grad()

@@ -1,6 +1,7 @@
 """Several ranks under torchrun (DDP, gloo on the CPU): one verdict for all, one stop for
 all, the rank a gradient anomaly came from, replicas compared, replays together; a plain
 loop, Hugging Face's Trainer and Lightning."""
+import json
 import os
 import socket
 import subprocess
@@ -54,6 +55,17 @@ def test_a_nan_on_one_rank_is_withheld_on_both_which_stop_together(tmp_path):
         (end,) = records(tmp_path, "end", rank)
         assert end["reason"] == "stopped"
     assert "loss_nonfinite" in {a["anomaly"] for a in records(tmp_path, "anomaly", 1)}
+    # DDP: the ranks hold the same state, so the job's report and checkpoint are rank 0's
+    # alone, its report naming what each rank found (issue #43)
+    assert sorted(os.listdir(tmp_path / "anomalies")) == ["step6_rank0.json", "step6_rank0.md"]
+    assert os.listdir(tmp_path / "checkpoints") == ["anomaly_step6_rank0.ckpt"]
+    for anomaly in records(tmp_path, "anomaly", 1):
+        assert anomaly["report"] is None and anomaly["checkpoint"] is None, anomaly
+        assert anomaly["message"].endswith("rank 0's (every rank holds the same training "
+                                           "state)"), anomaly
+    report = json.loads((tmp_path / "anomalies" / "step6_rank0.json").read_text())
+    assert report["job"]["by_kind"] == {"loss_nonfinite": "1", "gradient_nonfinite": "0-1"}
+    assert report["job"]["origin_rank"] == 1
     # each step record carries this rank's own norm before the reduction
     step5 = [records(tmp_path, "step", rank)[4] for rank in (0, 1)]
     assert step5[0]["local_grad_norm"] != step5[1]["local_grad_norm"]
@@ -144,6 +156,9 @@ def test_under_a_trainer_a_nan_on_one_rank_stops_both_at_the_same_step(tmp_path,
         (end,) = records(tmp_path / "run", "end", rank)
         assert end["reason"] == "stopped"
     assert "loss_nonfinite" in {a["anomaly"] for a in records(tmp_path / "run", "anomaly", 1)}
+    # the trainer's DDP: one checkpoint of mindwatch's for the job, rank 0's (issue #43)
+    ours = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("anomaly_*"))
+    assert ours == [f"anomaly_step{BAD_STEP}_rank0.ckpt"]
     if pipeline == "Lightning":        # its DDP wrapper is the strategy's, reachable
         for rank in (0, 1):
             anomalies = {a["anomaly"]: a for a in records(tmp_path / "run", "anomaly", rank)}

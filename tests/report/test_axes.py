@@ -46,7 +46,14 @@ def test_log_axis_auto_and_forced():
 
 def test_flat_or_empty_panels():
     axis = panel_axis(panel([2.0]))
-    assert axis["y"] == [1.5, 2.5] and axis["x"] == [1, 2]
+    assert axis["y"] == [1.8, 2.2] and axis["x"] == [1, 2]
+    # a constant LR of 0.01: an axis around it (a fixed +-0.5 drew it on -0.4..0.4, as 0)
+    axis = panel_axis(panel([0.01] * 5))
+    assert axis["y"] == [0.009000000000000001, 0.011]
+    assert [label for _, label in axis["y_ticks"]] == ["0.009", "0.0095", "0.01", "0.0105",
+                                                       "0.011"]
+    assert panel_axis(panel([0.0, 0.0]))["y"] == [-0.5, 0.5]          # around 0: +-0.5
+    assert panel_axis(panel([0.01, 0.01], log=True))["y"] == [-2.5, -1.5]   # a decade
     assert panel_axis(panel([math.nan, math.inf])) is None
 
 

@@ -256,3 +256,49 @@ def test_state_heatmaps_render_with_the_anomalies_marked(browser, state_report, 
     # viridis' ends, the NaN cell's red and the anomaly marks' magenta are on the page
     for expected in [(68, 1, 84), (253, 231, 37), (0xd6, 0x27, 0x28), (0xff, 0x00, 0xff)]:
         assert expected in present, expected
+
+
+# Hovers the job page's step-time band at its middle and the step-time heatmap's cell of
+# rank 11 in its first column, so the dump shows both tooltips.
+JOB_HOVER = """<script>(function () {
+  var svg = document.querySelector("#panel-step_time_s svg"), r = svg.getBoundingClientRect();
+  svg.dispatchEvent(new MouseEvent("mousemove", {clientX: r.left + r.width / 2,
+                                                 clientY: r.top + r.height / 2}));
+  var c = document.querySelector("#heat-ranks-step_time_s canvas");
+  var b = c.getBoundingClientRect(), s = b.width / 1200, cell = (1200 - 190 - 16) / 6;
+  c.dispatchEvent(new MouseEvent("mousemove", {clientX: b.left + (190 + cell / 2) * s,
+                                               clientY: b.top + (12 + 11.5 * 16) * s}));
+})();</script>"""
+
+
+def test_job_page_draws_bands_and_rank_heatmaps(browser, tmp_path):
+    """16 ranks (test_job_report.py's job): a band per spread chart, the heatmaps' canvases
+    with a row per rank and the NaN rank's event outlined, both tooltips, no JS error."""
+    from test_job_report import sixteen_rank_job
+
+    from mindwatch.report.job.page import job_report
+
+    directory = sixteen_rank_job(tmp_path / "job")
+    page = job_report(str(directory))
+    data = json.loads(re.search(r'id="mw-data">(.*?)</script>', page, re.S).group(1))
+    path = tmp_path / "job.html"
+    path.write_text(page.replace("</body>", JOB_HOVER + "</body>"), encoding="utf-8")
+    dom = _clean_dom(browser, tmp_path, path)
+    rendered = re.search(r'<main id="report" data-rendered="(\d+)"', dom)
+    assert rendered and int(rendered.group(1)) == len(data["panels"]) == 7
+    bands = [p["id"] for p in data["panels"] if p.get("band")]
+    assert bands == ["step_time_s", "data_time_s", "local_grad_norm", "memory_mb"]
+    for panel_id in bands:
+        assert [t.get("class") for t in _tags(_panel(dom, panel_id), "polygon")] == ["band"]
+    assert re.search(r'data-heatmaps="(\d+)"', dom).group(1) == "2"
+    canvases = {section: dict(re.findall(r'(data-[\w-]+)="([^"]*)"', attrs))
+                for section, attrs in re.findall(
+                    r'<section class="panel heatmap" id="heat-ranks-(\w+)".*?<canvas([^>]*)>',
+                    dom, re.S)}
+    assert {name: (a["data-rows"], a["data-columns"], a["data-marks"])
+            for name, a in canvases.items()} == {"step_time_s": ("16", "6", "1"),
+                                                 "local_grad_norm": ("16", "6", "1")}
+    tips = re.findall(r'<div class="tip" style="display: block;[^"]*">(.*?)</div>', dom, re.S)
+    assert len(tips) == 2, tips
+    assert "max across ranks: 0.15 on rank 11" in tips[0] and "median: 0.1075" in tips[0]
+    assert tips[1].startswith("rank 11\nsteps 1-10\n~0.150 (mean over the bin"), tips[1]

@@ -149,7 +149,10 @@ def test_each_ranks_verdict_is_its_latest_segment(tmp_path, make_clock, capsys):
             for s in result["ranks"][1]["segments"]] == [[("loss_nonfinite", 2)], []]
     assert [r["first_loss"] for r in result["ranks"]] == [0.9, 0.9]
     assert result["spread"]["step"] == 7
-    assert "      loss_nonfinite at step 2: loss is nan at step 2 [warn]" in text.splitlines()
+    # a job's text (issue #43): the event once, for the job, marked as of the earlier segment
+    [line] = [line for line in text.splitlines() if "loss_nonfinite" in line]
+    assert line.startswith("  loss_nonfinite at step 2 on rank 1 (host ")
+    assert line.endswith(") [warn] (segment 1 of 2)")
 
 
 def test_withheld_updates_are_counted_in_their_own_segment(tmp_path, clock, capsys):

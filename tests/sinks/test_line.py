@@ -41,3 +41,41 @@ def test_step_records_take_the_fast_path_and_non_finite_ones_do_not(monkeypatch)
     line.encode_line({"kind": "step", "loss": math.nan})
     line.encode_line({"kind": "hardware", "devices": [{"temp_c": 60.0}]})
     assert calls == [{"kind": "step", "loss": 1.0}]
+
+
+def test_lists_of_finite_numbers_take_the_fast_path(monkeypatch):
+    """The job log's per-rank bins (lists of floats and None) go through msgspec; a list
+    with a non-finite float, a nested value or a string does not, nor one whose sum
+    overflows (finite values, refused to stay simple: only a slower encoder for them)."""
+    calls = []
+    monkeypatch.setattr(line, "_FAST", type("Spy", (), {
+        "encode": lambda self, r: calls.append(r) or b"{}"})())
+    fast = [{"kind": "job_ranks", "step": 3, "loss": [1.0, None, -0.0, 2], "lr": (0.5, 1)},
+            {"kind": "job_ranks", "loss": [], "memory_mb": [None, None]}]
+    slow = [{"kind": "job_ranks", "loss": [1.0, math.inf]},
+            {"kind": "job_ranks", "loss": [None, math.nan, 2.0]},
+            {"kind": "job_ranks", "loss": [-math.inf, math.inf]},
+            {"kind": "x", "v": [1.0, [2.0]]}, {"kind": "x", "v": [{"a": 1.0}]},
+            {"kind": "x", "v": ["a", 1.0]}, {"kind": "x", "v": [1e308, 1e308]},
+            {"kind": "x", "v": [1.0], "d": {"a": 1.0}}]
+    for record in fast + slow:
+        line.encode_line(record)
+    assert calls == fast
+
+
+def test_a_bin_of_16384_ranks_decodes_to_the_standard_values():
+    """A job_ranks record as RankBins writes it (shorts, None for ranks without a value):
+    the fast line decodes to the very floats of the standard one; only their spelling may
+    differ (``1e-9`` for ``1e-09``, ``0.0000672`` for ``6.72e-05``)."""
+    from mindwatch.job.fields import short
+
+    rng = __import__("numpy").random.default_rng(0)
+    values = rng.uniform(0, 1, 16384) * 10.0 ** rng.integers(-12, 12, 16384)
+    column = [None if i % 97 == 0 else short(v) for i, v in enumerate(values.tolist())]
+    record = {"kind": "job_ranks", "rank": 0, "time": 1.5, "step_from": 101, "step": 200,
+              "loss": column, "memory_mb": column[::-1]}
+    fast = line.encode_line(record)
+    standard = (records.encode(record) + "\n").encode("utf-8")
+    assert fast != standard                     # the fast path was taken
+    assert json.loads(fast) == json.loads(standard) == record
+    assert records.decode(fast.decode()) == records.decode(standard.decode())

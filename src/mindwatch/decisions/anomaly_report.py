@@ -2,17 +2,19 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from .. import records
-from ..anomaly import Anomaly
+from ..anomaly import GRAD_SPIKE, GRADIENT_EXPLODE, GRADIENT_NONFINITE, GRADIENT_VANISH, Anomaly
 from ..basics import format as fmt
 from ..basics.run_dir import unused_report_stem, write_text_atomically
 from ..events import detail
 from ..records import Anomaly as Record
 from ..records import Common, Step
+from .job_share import section_lines
 
 HISTORY_STEPS = 50
 # The step fields each history row keeps.
@@ -25,6 +27,12 @@ EPOCH_FIELDS = (Step.EPOCH, Step.EPOCH_STEP, Step.STEPS_PER_EPOCH)
 # code that loads it.
 NOTES, RESUME, RESUME_FROM, HARDWARE, TOP_LAYERS, HISTORY = (
     "notes", "resume", "resume_from", records.HARDWARE, "top_layers", "history")
+# Rank 0's report of a job-level event under a replicated state (job_share.py): which ranks
+# found what, and the origin rank with its host and device. Absent from other reports.
+JOB = "job"
+# The anomalies whose report names the layers with the largest gradient norm, and how many.
+GRADIENT_KINDS = (GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, GRAD_SPIKE)
+TOP_LAYER_COUNT = 5
 # The fence language of resume advice that does not name its own (a plain str)
 DEFAULT_LANGUAGE = "python"
 
@@ -45,10 +53,12 @@ class Snippet(str):
 def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: list[Mapping[str, Any]],
                  hardware: Mapping[str, Any] | None, notes: list[str],
                  resume_snippet: str | None, top_layers: list[list] | None = None,
-                 resume_from: Mapping[str, Any] | None = None) -> str:
-    """Write both files, under a name no earlier report holds (``unused_report_stem``);
-    returns the JSON path. ``history`` is the last step records."""
-    stem = unused_report_stem(log_dir, anomaly.step or 0, rank, anomaly.kind)
+                 resume_from: Mapping[str, Any] | None = None,
+                 job: Mapping[str, Any] | None = None, stem: str | None = None) -> str:
+    """Write both files, under a name no earlier report holds (``unused_report_stem``), or
+    at ``stem`` (a report written again); returns the JSON path. ``history`` is the last
+    step records; ``job``: the job's section (job_share.py)."""
+    stem = stem or unused_report_stem(log_dir, anomaly.step or 0, rank, anomaly.kind)
     os.makedirs(os.path.dirname(stem), exist_ok=True)
     steps = [{name: r.get(name) for name in HISTORY_FIELDS} for r in history[-HISTORY_STEPS:]]
     own: Mapping[str, Any] = next(
@@ -61,8 +71,24 @@ def write_report(*, log_dir: str, rank: int, anomaly: Anomaly, history: list[Map
         Record.CHECKPOINT: anomaly.checkpoint, **anomaly.fields, NOTES: notes,
         RESUME: resume_snippet, RESUME_FROM: resume_from,
         HARDWARE: hardware, TOP_LAYERS: top_layers, HISTORY: steps,
+        **({} if job is None else {JOB: dict(job)}),
     }
     return write_report_files(stem, body, _markdown(body))
+
+
+def top_layers(anomaly: Anomaly, layer_norms: tuple[int, Mapping[str, float]] | None
+               ) -> list[list] | None:
+    """For gradient anomalies: the layers with the largest (or non-finite) gradient norm
+    at that step, from the latest per-layer norms ``(step, {layer: norm})`` when measured."""
+    if anomaly.kind not in GRADIENT_KINDS or layer_norms is None:
+        return None
+    step, norms = layer_norms
+    if step != anomaly.step:
+        return None
+    # NaN/Inf first, then by size; a vanishing gradient is reported by its largest layers.
+    ranked = sorted(norms.items(), key=lambda item: (math.isfinite(item[1]), -abs(item[1])
+                                                      if math.isfinite(item[1]) else 0))
+    return [[name, value] for name, value in ranked[:TOP_LAYER_COUNT]]
 
 
 def write_report_files(stem: str, body: Mapping[str, Any], markdown: str) -> str:
@@ -98,6 +124,8 @@ def _markdown(body: Mapping[str, Any]) -> str:
         f"- checkpoint: {body[Record.CHECKPOINT] or 'none written'}",
     ]
     lines += [f"- {note}" for note in body[NOTES]]
+    if body.get(JOB):
+        lines += section_lines(body[JOB])
     if body[TOP_LAYERS]:
         lines += ["", "## Layers with the largest gradient norm at this step", "",
                   "| layer | gradient L2 norm |", "|---|---:|"]

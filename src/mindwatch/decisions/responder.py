@@ -7,43 +7,37 @@ with. Where to resume from is last_good.py's rule, over the run log's segments
 checkpoint or report that cannot be written (a full disk) is said once (``pop_problems``) and
 changes nothing else: the policy decides whether training stops, never an accident of the
 disk.
+
+Under a replicated training state a job-level event gets one report and one checkpoint, rank
+0's (job_share.py): the other ranks log the anomaly and its actions and write neither.
 """
 from __future__ import annotations
 
-import math
 import os
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..anomaly import (
-    GRAD_SPIKE,
-    GRADIENT_EXPLODE,
-    GRADIENT_NONFINITE,
-    GRADIENT_VANISH,
-    PEER_STOP,
-    Anomaly,
-)
+from ..anomaly import PEER_STOP, Anomaly
 from ..basics.once import OnceMessages
 from ..basics.run_dir import rank_log_path
 from ..framework import FrameworkHooks, SavedStates
 from ..policy import Policy
 from ..records import Step
 from ..recovery.skipping import not_withheld_reason
-from .anomaly_report import HISTORY_STEPS, write_report
+from .anomaly_report import HISTORY_STEPS, top_layers, write_report
 from .hang_report import write_hang_report
+from .job_share import JOB_NOTE, JobScope, JobShare, checkpoint_reason, left_note
 from .last_good import Damage, ResumeAdvice, advise, find_damage, lineage
 from .run_history import DAMAGE_KINDS, RunHistory, SegmentFacts
-
-GRADIENT_KINDS = (GRADIENT_NONFINITE, GRADIENT_EXPLODE, GRADIENT_VANISH, GRAD_SPIKE)
-TOP_LAYERS = 5
 
 
 class Responder:
     """Keeps what a report needs (the last steps, the latest hardware sample, the latest
     per-layer norms) and acts on each anomaly's policy."""
 
-    def __init__(self, *, log_dir: str, rank: int, policy: Policy, framework: FrameworkHooks):
+    def __init__(self, *, log_dir: str, rank: int, policy: Policy, framework: FrameworkHooks,
+                 scope: JobScope | None = None):
         self.log_dir, self.rank, self.policy = log_dir, rank, policy
         self.framework = framework
         self.history: deque[Mapping[str, Any]] = deque(maxlen=HISTORY_STEPS)
@@ -55,6 +49,11 @@ class Responder:
         # (step, kind) -> the first step of an anomaly found after it began (loss_rising's
         # onset), which its record does not keep
         self._onsets: dict[tuple[int, str], int] = {}
+        # which of a job-level event's files this rank writes (the monitor hands its scope)
+        # scope: what this rank sees of the others (the monitor's exchange); none: no other
+        self.share = JobShare(rank=rank, policy=policy, framework=framework,
+                              scope=scope or JobScope())
+        self._tried_at: int | None = None       # the step of the latest anomaly checkpoint
 
     def pop_problems(self) -> list[str]:
         """Failed checkpoint and report writes not said before, each once per kind, and the
@@ -67,6 +66,11 @@ class Responder:
         save = self.framework.save_checkpoint
         self._failed_checkpoint = None
         if save is None:
+            return None
+        if reason == "signal" and self.share.leaves_signal(step):
+            self._problems.report(("left to rank 0", reason),
+                                  f"the {reason} checkpoint at step {step} is rank 0's: every "
+                                  "rank holds the same training state")
             return None
         try:
             return save(step, reason)
@@ -90,40 +94,85 @@ class Responder:
     def respond(self, found: list[Anomaly], fallback_step: int) -> None:
         """Fill in each anomaly's actions, checkpoint and report (one checkpoint per call:
         several anomalies of one step share it)."""
+        share = self.share
+        if share.see(fallback_step) and self.rank == 0:
+            self._settle_job_step(fallback_step)
         checkpoint = None
         tried = False
-        resume_hint = self.framework.resume_hint
         for anomaly in found:
             if not anomaly.actions:      # peer stops come with the originating rank's actions
                 anomaly.actions = self.policy.actions_for(anomaly.kind)
             if anomaly.step is not None and anomaly.onset is not None \
                     and anomaly.onset < anomaly.step:
                 self._onsets[(anomaly.step, anomaly.kind)] = anomaly.onset
+            step = anomaly.step or fallback_step
+            if share.leaves(anomaly, fallback_step):
+                anomaly.message += left_note(anomaly)
+                continue
+            job = share.for_job(anomaly)
+            if job and anomaly.kind == PEER_STOP and "checkpoint" not in anomaly.actions \
+                    and share.checkpoint_asked(step):      # it follows a stop that asks none
+                anomaly.actions = ["checkpoint", *anomaly.actions]
             if "checkpoint" in anomaly.actions:
                 if not tried:
-                    checkpoint, tried = self.checkpoint(anomaly.step or fallback_step,
-                                                        "anomaly"), True
+                    checkpoint, tried = self.checkpoint(
+                        step, checkpoint_reason(anomaly) if job else "anomaly"), True
+                    self._tried_at = step
                 anomaly.checkpoint = checkpoint
             if anomaly.actions != ["warn"]:
-                advice = self.resume_advice(anomaly, found)
-                target = advice.path if advice is not None else None
-                anomaly.report = self._write_report(
-                    anomaly, advice, resume_hint(target) if target and resume_hint else None)
-                # the console's line names the checkpoint ("-> <path>"): when its weights are
-                # damaged, a note says where to resume from instead
-                if anomaly.checkpoint and advice is not None and advice.damage is not None:
-                    self._problems.report(("resume", anomaly.step, anomaly.kind),
-                                          f"{anomaly.kind} at step {anomaly.step}: "
-                                          f"{advice.text}")
+                section = share.section(step, [anomaly]) if job else None
+                anomaly.report = self._report(anomaly, found, section)
+                if section is not None and anomaly.report:
+                    share.keep(anomaly, section, anomaly.report, step)
 
-    def _write_report(self, anomaly: Anomaly, advice: ResumeAdvice | None,
-                      resume: str | None) -> str | None:
+    def _report(self, anomaly: Anomaly, found: Sequence[Anomaly],
+                job: dict[str, Any] | None = None, path: str | None = None) -> str | None:
+        """Write ``anomaly``'s report (at ``path``: again, over the one written there) with
+        its resume advice; ``job``: the job's section (rank 0's report of a job-level
+        event)."""
+        resume_hint = self.framework.resume_hint
+        advice = self.resume_advice(anomaly, found)
+        target = advice.path if advice is not None else None
+        report = self._write_report(anomaly, advice,
+                                    resume_hint(target) if target and resume_hint else None,
+                                    job=job, stem=path[:-len(".json")] if path else None)
+        # the console's line names the checkpoint ("-> <path>"): when its weights are
+        # damaged, a note says where to resume from instead
+        if anomaly.checkpoint and advice is not None and advice.damage is not None:
+            self._problems.report(("resume", anomaly.step, anomaly.kind),
+                                  f"{anomaly.kind} at step {anomaly.step}: {advice.text}")
+        return report
+
+    def _settle_job_step(self, step: int) -> None:
+        """Rank 0, after ``step``'s exchange: its reports of the job written before it are
+        written again naming what the other ranks found, with the checkpoint another rank's
+        policy asked for when rank 0's own did not (its record, written already, is null;
+        the job log's event and a notice name it)."""
+        written = self.share.take(step)
+        own = [anomaly for anomaly, _, _ in written]
+        added = bool(own) and self._tried_at != step and self.share.checkpoint_asked(step)
+        if added:
+            self._tried_at, path = step, self.checkpoint(step, "anomaly")
+            for anomaly in own:
+                anomaly.checkpoint, anomaly.actions = path, ["checkpoint", *anomaly.actions]
+            if path is not None:
+                self._problems.report(("job checkpoint", step),
+                                      f"step {step}: another rank's policy asked for a "
+                                      f"checkpoint; the job's is {path}")
+        for anomaly, section, report in written:
+            now = self.share.section(step, own)
+            if now != section or added:
+                self._report(anomaly, own, now, report)
+
+    def _write_report(self, anomaly: Anomaly, advice: ResumeAdvice | None, resume: str | None,
+                      job: dict[str, Any] | None, stem: str | None) -> str | None:
+        notes = self._notes(anomaly, advice) + ([JOB_NOTE] if job is not None else [])
         return self._guarded(f"the anomaly report for step {anomaly.step}", lambda: write_report(
             log_dir=self.log_dir, rank=self.rank, anomaly=anomaly,
             history=list(self.history), hardware=self.hardware,
-            notes=self._notes(anomaly, advice), top_layers=self._top_layers(anomaly),
-            resume_snippet=resume,
-            resume_from=advice.as_record() if advice is not None else None))
+            notes=notes, top_layers=top_layers(anomaly, self.layer_norms), resume_snippet=resume,
+            resume_from=advice.as_record() if advice is not None else None, job=job,
+            stem=stem))
 
     def hang_report(self, anomaly: Anomaly, threads: Sequence[Mapping[str, Any]],
                     where: str | None) -> str | None:
@@ -145,19 +194,6 @@ class Responder:
                                   f"{what} could not be written ({type(exc).__name__}: "
                                   f"{exc}); its record is in the run log")
             return None
-
-    def _top_layers(self, anomaly: Anomaly) -> list[list] | None:
-        """For gradient anomalies: the layers with the largest (or non-finite) gradient norm
-        at that step, when per-layer norms are measured."""
-        if anomaly.kind not in GRADIENT_KINDS or self.layer_norms is None:
-            return None
-        step, norms = self.layer_norms
-        if step != anomaly.step:
-            return None
-        # NaN/Inf first, then by size; a vanishing gradient is reported by its largest layers.
-        ranked = sorted(norms.items(), key=lambda item: (math.isfinite(item[1]), -abs(item[1])
-                                                          if math.isfinite(item[1]) else 0))
-        return [[name, value] for name, value in ranked[:TOP_LAYERS]]
 
     def _not_withheld(self, anomaly: Anomaly) -> str:
         """Why the anomalous step's update went through, and what the user can change."""

@@ -7,13 +7,21 @@ rank shares every step. A rank whose median over a window exceeds ``factor`` tim
 median of the other ranks, by at least ``min_fraction`` of a step and ``min_seconds``, is a
 straggler. Each rank judges only itself, so the anomaly lands in the straggler's own log,
 under its own rank.
+
+Each rank keeps only its own window and shares its two middle values (``share``) in the
+ranks' exchange, so that the judgement reads one median per rank (``update_peers`` with
+``middles``): no rank sorts the others' windows. A caller that hands in only every rank's
+data times (a custom exchange, through ``Monitor.observe_peers``) gets the same rule from
+every rank's window, kept here.
 """
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..anomaly import STRAGGLER, Anomaly
+from ..basics.medians import SAMPLED_FROM, middles
 from .base import Detector, Episode
 
 if TYPE_CHECKING:
@@ -28,40 +36,73 @@ class StragglerDetector(Detector):
         # An absolute floor too: on millisecond steps, scheduling jitter of a loaded host
         # makes one rank's pre-step time twice another's without anyone waiting for long.
         self.min_seconds = min_seconds
-        # Every rank's data times (seconds) over the last ``window`` steps, one row per rank:
-        # a numpy ring whose column ``_count % window`` is written next, so that a step costs
-        # a few array operations at any number of ranks. Made at the first exchange (numpy
-        # is imported where used: a single rank never needs it); until then a loaded
+        # This rank's own data times (seconds) over the last ``window`` steps: float32
+        # values when they come through ``share`` (what the exchange carries).
+        self._own: deque[float] = deque(maxlen=window)
+        # Every rank's data times, for the callers that give no medians: one row per rank,
+        # a numpy ring whose column ``_count % window`` is written next, so that a step
+        # costs a few array operations at any number of ranks. Made at the first such call
+        # (numpy is imported where used: a single rank never needs it); until then a loaded
         # state's lists wait in ``_loaded``.
         self._ring: Any = None
         self._count = 0                 # steps written into the ring
         self._loaded: list[list[float]] | None = None
         self._episode = Episode()
 
-    def update_peers(self, step: int, data_times: Sequence[float] | np.ndarray,
-                     step_time_s: float | None) -> list[Anomaly]:
-        """``data_times``: a list, or the exchange's numpy array (read without a copy)."""
+    def share(self, data_time_s: float) -> tuple[float, float]:
+        """Before the exchange: this step's data time into this rank's window, and the two
+        middle values of the window, sorted (the same one twice for an odd count), for the
+        exchange. Two float32 slots, not their mean: the median is their float64 mean, as
+        statistics.median computes it, which one float32 slot would round."""
         import numpy as np
 
-        values = np.asarray(data_times)             # no copy for the exchange's array
-        if values.dtype != np.float32:
-            values = values.astype(np.float64)      # float(value) of each
+        self._own.append(float(np.float32(data_time_s)))   # as the exchange carries it
+        self._loaded = None             # the ranks share medians: their lists are not needed
+        ordered = sorted(self._own)     # ``window`` values (20 by default): cheap
+        half = len(ordered) // 2
+        return ordered[half - 1 + len(ordered) % 2], ordered[half]
+
+    def update_peers(self, step: int, data_times: Sequence[float] | np.ndarray,
+                     step_time_s: float | None,
+                     middles: np.ndarray | None = None) -> list[Anomaly]:
+        """``middles``: what every rank ``share``d this step, (2, ranks) float32 (then
+        ``data_times`` is not read); None: the rule keeps every rank's ``data_times`` (a
+        list, or the exchange's numpy array) itself."""
+        import numpy as np
+
+        if middles is None:
+            return self._update_every(np, step, data_times, step_time_s)
+        if middles.shape != (2, self.world_size):
+            raise ValueError(f"{middles.shape} middle values for {self.world_size} ranks")
+        if self.world_size < 2 or len(self._own) < self.window:
+            return []
+        # Each rank's median: the two middle values' mean in float64 (exact for an odd
+        # window, where they are one value), as statistics.median gives it.
+        medians = (middles[0].astype(np.float64) + middles[1]) / 2
+        mine = float(medians[self.rank])
+        # the others' medians without a copy: the last one in this rank's place (their
+        # order does not matter)
+        medians[self.rank] = medians[-1]
+        return self.judge(step, mine, _median(np, medians[:-1]), step_time_s)
+
+    def _update_every(self, np: Any, step: int, data_times: Sequence[float] | np.ndarray,
+                      step_time_s: float | None) -> list[Anomaly]:
+        """The rule from every rank's data times, kept here in float64 (exact for the
+        exchange's float32 values and for a list's floats)."""
+        values = np.asarray(data_times, np.float64)
         if values.shape != (self.world_size,):
             raise ValueError(f"{values.size} data times for {self.world_size} ranks")
-        ring = self._ring if self._ring is not None else self._make_ring(np, values.dtype)
-        if ring.dtype == np.float32 and values.dtype != np.float32:
-            # The exchange's float32 times sort twice as fast as float64; any other input
-            # widens the ring for good, exactly (every float32 is a float64).
-            ring = self._ring = ring.astype(np.float64)
+        ring = self._ring if self._ring is not None else self._make_ring(np)
         ring[:, self._count % self.window] = values
         self._count += 1
+        self._own.append(float(values[self.rank]))
         if self.world_size < 2 or self._count < self.window:
             return []
         # Each rank's median over its window (the ring's column order does not matter), then
         # the median of the other ranks' medians: the values statistics.median gives.
         ordered = np.sort(ring, axis=1)
         mid = self.window // 2
-        middle = ordered[:, mid].astype(np.float64)
+        middle = ordered[:, mid]
         medians = middle if self.window % 2 else (ordered[:, mid - 1] + middle) / 2
         return self.judge(step, float(medians[self.rank]),
                           _median(np, np.delete(medians, self.rank)), step_time_s)
@@ -81,27 +122,22 @@ class StragglerDetector(Detector):
             f"{others * 1000:.1f} ms (medians over {self.window} steps); every rank waits "
             f"for it")]
 
-    def _make_ring(self, np: Any, dtype: Any) -> Any:
-        """The ring (of ``dtype``: float32 for the exchange's times, float64 for any other),
-        holding a loaded state's newest ``window`` times of each rank."""
+    def _make_ring(self, np: Any) -> Any:
+        """The ring, holding a loaded state's newest ``window`` times of each rank (as many
+        as the shortest list holds: a saved state's lists are all as long)."""
         loaded, self._loaded = self._loaded, None
-        ring = self._ring = np.zeros((self.world_size, self.window), dtype)
+        ring = self._ring = np.zeros((self.world_size, self.window))
         if loaded:
-            # each rank's newest values, as many as the shortest list holds (a saved state's
-            # lists are all as long); float32 stays only if they are all float32 values
             kept = min(len(times) for times in loaded)
             times = np.array([t[len(t) - kept:] for t in loaded], np.float64)
-            times = times.reshape(len(loaded), kept)
-            if not np.array_equal(times.astype(ring.dtype), times):
-                ring = self._ring = ring.astype(np.float64)
-            ring[:, :kept] = times
+            ring[:, :kept] = times.reshape(len(loaded), kept)
             self._count = kept
         return ring
 
     def _times(self) -> list[list[float]]:
-        """Each rank's data times, oldest first."""
+        """Each rank's data times, oldest first (the callers that give no medians)."""
         if self._ring is None:
-            return self._loaded or [[] for _ in range(self.world_size)]
+            return self._loaded or []
         import numpy as np
 
         ring, count = self._ring, self._count
@@ -111,22 +147,39 @@ class StragglerDetector(Detector):
         return np.concatenate((ring[:, start:], ring[:, :start]), axis=1).tolist()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"times": self._times(), **self._episode.state_dict()}
+        """This rank's own window (``own_times``, oldest first); every rank's (``times``)
+        too while the rule keeps them (a caller that gives no medians)."""
+        state: dict[str, Any] = {"own_times": list(self._own), **self._episode.state_dict()}
+        if self._ring is not None or self._loaded is not None:
+            state["times"] = self._times()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A state of this rule, or of its earlier version (every rank's ``times`` only:
+        this rank's own window is its row)."""
         times = state.get("times", [])
+        own = state.get("own_times")
         if len(times) == self.world_size:
             self._loaded = [[float(v) for v in t][-self.window:] for t in times]
             self._ring, self._count = None, 0
+            if own is None:
+                own = self._loaded[self.rank]
+        if own is not None:
+            self._own = deque((float(v) for v in own), maxlen=self.window)
         self._episode.load_state_dict(state)
 
 
 def _median(np: Any, values: Any) -> float:
     """statistics.median of a 1-d float array: the middle value, or the two middle ones'
-    mean, computed as it computes it."""
+    mean, computed as it computes it. Over many ranks the middle ones are selected among the
+    values near a sample's median (basics/medians.py ``middles``: at 16384 ranks ~0.15 ms, CPU
+    time on fresh values, where np.partition's branches take ~0.27); where that misses, a
+    partition of them all. Either takes a NaN for the largest value."""
     count = len(values)
     half = count // 2
-    if count % 2:
-        return float(np.partition(values, half)[half])
-    low, high = np.partition(values, (half - 1, half))[half - 1:half + 1].tolist()
-    return (low + high) / 2
+    low = half - 1 + count % 2
+    middle = middles(np, values[None, :], low, half)[0] if count >= SAMPLED_FROM else None
+    if middle is None:
+        middle = np.partition(values, (low, half))[low:half + 1]
+    first, last = middle[0].item(), middle[-1].item()
+    return first if count % 2 else (first + last) / 2

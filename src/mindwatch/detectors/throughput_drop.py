@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..anomaly import THROUGHPUT_DROP, Anomaly
 from ..basics import format as fmt
@@ -37,6 +38,9 @@ from . import host_load
 from .base import Detector, Episode
 from .host_load import HostLoad, Load
 from .pace import MIN_SECONDS, Pace
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DATA, COMPUTE, HOST = "data", "compute", "host"
 GROUP = 5             # disjoint windows per baseline group (100 steps at the default window)
@@ -51,7 +55,7 @@ class Window:
     step_s: float
     data_s: float
     compute_s: float
-    peers: list[float] | None
+    peers: np.ndarray | None            # each rank's median data time (float64)
     span: tuple[float, float]
     host: Load | None
 
@@ -88,12 +92,14 @@ class ThroughputDropDetector(Detector):
         self.pace.add(observation)
         if observation.segment_step == 1:
             self._best, self._group, self._first_group = None, [], True
-            self._pending = None
+            # an episode against the old baseline ends with it: one left open would keep the
+            # new segment from learning its baseline (and _judge would find none)
+            self._pending, self._episode.active = None, False
         if self.pace.has_peers:         # judged once this step's data times are in
             return []
         return self._judge(observation.step)
 
-    def update_peers(self, step: int, data_times: Sequence[float],
+    def update_peers(self, step: int, data_times: Sequence[float] | np.ndarray,
                      step_time_s: float | None) -> list[Anomaly]:
         self.pace.add_peers(data_times)
         return self._judge(step)
@@ -194,18 +200,20 @@ class ThroughputDropDetector(Detector):
             self._group, self._first_group = [], False
 
     def _own_cause(self, best: Window, step_now: float, data_now: float,
-                   peers_now: list[float] | None) -> tuple[str, list[int], str]:
+                   peers_now: np.ndarray | None) -> tuple[str, list[int], str]:
         """Where, within the run's own time, the slow steps' time went against the baseline
         window: outside the train step (on which ranks) or in it."""
         grown = max(step_now - best.step_s, 0.0)
         data_then, peers_then = best.data_s, best.peers
         if peers_then is not None and peers_now is not None \
                 and len(peers_then) == len(peers_now):
-            growth = [now - then for now, then in zip(peers_now, peers_then, strict=True)]
-            ranks = [r for r, g in enumerate(growth) if g > 0 and g >= NAMING_SHARE * grown]
+            import numpy as np
+
+            growth = peers_now - peers_then         # float64, as Python's floats subtract
+            ranks = np.flatnonzero((growth > 0) & (growth >= NAMING_SHARE * grown)).tolist()
             if ranks:
-                said = ", ".join(f"rank {r} {fmt.duration(peers_then[r])} -> "
-                                 f"{fmt.duration(peers_now[r])}" for r in ranks)
+                said = ", ".join(f"rank {r} {fmt.duration(float(peers_then[r]))} -> "
+                                 f"{fmt.duration(float(peers_now[r]))}" for r in ranks)
                 return DATA, ranks, (f"the data time (the input pipeline and other work "
                                      f"outside the train step) grew: {said} per step")
         elif data_now - data_then > 0 and data_now - data_then >= NAMING_SHARE * grown:

@@ -17,6 +17,9 @@ from their sources, these are the same in all five, and mindwatch reads each thr
   entry of its instance's ``filter_list`` (``leave_out_of_checkpoints``).
 - The Trainer builds ``runner_wrapper`` before ``callbacks:`` (register/mindwatch_entries.py
   says what that means for ``auto_register``).
+- Its ``Context`` singleton (``core.context.build_context``) keeps the YAML's
+  ``parallel_config`` as ``parallel_opr.parallel`` (``model_parallel``, ``pipeline_stage``,
+  ``expert_parallel``; absent ones are 1): ``model_sharded``.
 
 What does differ: the Trainer hands the wrapper ``print_separate_loss`` from 1.7 on and
 ``lr_scheduler`` / ``grouped_lr_scheduler`` from 1.8 on (a wrapper takes them through
@@ -210,3 +213,20 @@ def local_norms(outputs: Any) -> Any:
 def cell_setting(cell: Any, name: str, default: Any) -> Any:
     """One of the train cell's settings above, MindFormers' default where it has none."""
     return getattr(cell, name, default) if cell is not None else default
+
+
+# parallel_config's degrees that split the model across ranks (data_parallel replicates it)
+SHARDING_DEGREES = ("model_parallel", "pipeline_stage", "expert_parallel")
+
+
+def model_sharded() -> bool | None:
+    """Whether the YAML's ``parallel_config`` splits the model across ranks (a degree of
+    ``SHARDING_DEGREES`` above 1); None where no Trainer built MindFormers' context, or a
+    release keeps it elsewhere."""
+    try:
+        from mindformers.core.context.build_context import Context
+        parallel = Context._instance.parallel_opr.parallel
+        degrees = [int(getattr(parallel, name, 1) or 1) for name in SHARDING_DEGREES]
+    except Exception:           # an accessor: "unknown" rather than a failure
+        return None
+    return any(degree > 1 for degree in degrees)

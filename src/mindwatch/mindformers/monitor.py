@@ -8,6 +8,7 @@ from typing import Any
 from ..basics.run_dir import RunLogExists
 from ..mindspore import TrainMonitor
 from ..mindspore.checkpoints.checkpoint import save_atomically
+from ..mindspore.ranks.distributed import replicated_state
 from ..mindspore.reading.cb_params import steps_per_epoch
 from ..mindspore.step.verdict import OWN_PREFIX
 from . import compat, resume
@@ -86,6 +87,13 @@ class MindWatchMonitor(TrainMonitor):
         if not self._steps_before or isinstance(run_context, resume.ResumedContext):
             return run_context
         return resume.ResumedContext(run_context, self._steps_before)
+
+    def _replicated(self) -> bool:
+        """MindSpore's parallel context and MindFormers' ``parallel_config``: one model on
+        every rank (model_parallel, pipeline_stage, expert_parallel 1) makes semi-automatic
+        parallelism pure data parallelism too
+        (docs/run-directory.md#one-report-and-one-checkpoint-for-the-job)."""
+        return replicated_state(self.monitor.world_size, compat.model_sharded())
 
     def _save_checkpoint(self, step: int, reason: str) -> str | None:
         """The checkpoint, with the keys MindFormers' resume reads, linked into its

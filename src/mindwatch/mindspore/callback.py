@@ -23,7 +23,7 @@ from .exit_status import exit_after_stop
 from .hardware.memory import mindspore_memory_reader
 from .probes.state_steps import StateSteps
 from .ranks.consensus import consensus_for
-from .ranks.distributed import current_rank
+from .ranks.distributed import current_rank, replicated_state
 from .ranks.fingerprints import Fingerprinter
 from .reading.cb_params import (
     SINK_MODE_DROPPED,
@@ -95,7 +95,8 @@ class TrainMonitor(Callback):
             saved_states=lambda: self._saved.states(), tensorboard_dir=tensorboard_dir,
             replay=lambda: replay_outcome(self.train_step, self._cb_params),
             consensus=consensus_for, fingerprinter=Fingerprinter,
-            push_limits=lambda limits: self._limits.push(self.train_step, limits))
+            push_limits=lambda limits: self._limits.push(self.train_step, limits),
+            replicated=self._replicated)
         # wrap's or jit_step's step, or a framework's cell of mindwatch's making (_adopt):
         # both read and decide alike (outputs.ProtectedStep)
         self.train_step: Any = None
@@ -447,6 +448,11 @@ class TrainMonitor(Callback):
         if cell is None and self._cb_params is not None:
             cell = getattr(self._cb_params, "train_network", None)
         return cell
+
+    def _replicated(self) -> bool:
+        """``FrameworkHooks.replicated``: from MindSpore's parallel context
+        (``replicated_state``); a framework built on MindSpore adds what its config says."""
+        return replicated_state(self.monitor.world_size)
 
     def _save_checkpoint(self, step: int, reason: str) -> str | None:
         cell = self._train_cell()

@@ -50,15 +50,18 @@ class RunSegment:
 
     def stopped_by(self, own_rank: int) -> dict[str, Any] | None:
         """What stopped this segment, for the ``end`` record: the anomaly kind, the step and
-        the rank where it was found (another rank's, for a ``peer_stop``)."""
+        the rank where it was found (another rank's, for a ``peer_stop``) or that caused it
+        (a gradient anomaly's origin rank)."""
         stop = self.stop_requested
         if stop is None:
             return None
         if stop.kind == PEER_STOP and stop.origin is not None:
             rank, kind = stop.origin
             return {StoppedBy.ANOMALY: kind, StoppedBy.STEP: stop.step, StoppedBy.RANK: rank}
+        # a gradient anomaly every rank found alike (the reduced gradients) was caused by
+        # the rank its attribution names (ranks/peers.py): that rank stopped the run
         return {StoppedBy.ANOMALY: stop.kind, StoppedBy.STEP: stop.step,
-                StoppedBy.RANK: own_rank}
+                StoppedBy.RANK: own_rank if stop.origin_rank is None else stop.origin_rank}
 
 
 class CurrentSegment:

@@ -1,7 +1,8 @@
 """Every rank learns, after every step, whether any rank wants to stop or to rewind, whether an
-anomaly touched the step anywhere, and how long each rank took to get its batch ready: one SUM
-all-reduce of a small float32 vector, which the adapter carries out with its framework's
-collective (``reduce_sum``).
+anomaly touched the step anywhere, how long each rank took to get its batch ready and the
+middle of each rank's straggler window, and rank 0 every rank's row of job fields for the job
+log (job/fields.py): one SUM all-reduce of a small float32 vector (68 bytes a rank), which
+the adapter carries out with its framework's collective (``reduce_sum``).
 
 A stop decided on one rank must stop all ranks after the same step, or the others block in
 their next collective until a timeout kills the job. Each rank writes only its own slots of
@@ -25,8 +26,11 @@ if TYPE_CHECKING:
 
 # Slots per rank, in this order: stop code, data time, rewind (steps back from this step to
 # the onset, plus one: small integers stay exact in float32 where a step number would not),
-# the rewind's anomaly kind (as a stop code), touched (0/1).
-_SLOTS = 5
+# the rewind's anomaly kind (as a stop code), touched (0/1), then the two middle values of
+# the rank's straggler window (detectors/straggler.py ``share``; zeros when it shares none).
+# Each kind of slot is a block of one slot per rank: block i holds rank r at i * n + r.
+_STOP, _DATA, _BACK, _KIND, _TOUCHED, _LOW, _HIGH = range(7)
+_SLOTS = 7
 # Where each rank runs, exchanged once: its host name's first bytes and its device.
 _HOST_BYTES = 64
 
@@ -43,6 +47,12 @@ class Exchange:
     data_times: np.ndarray
     rewind_wishes: list[RewindWish]     # the ranks that want to rewind
     touched: bool                # an anomaly of the training state touched the step somewhere
+    # (ranks, job/fields.py's WIDTH) float32: every rank's row for the job log; None when
+    # the ranks exchanged none
+    job_rows: np.ndarray | None = None
+    # (2, ranks) float32, as exchanged: each rank's two middle data times of its straggler
+    # window (low, high); None when this rank shared none
+    middles: np.ndarray | None = None
 
 
 class RankConsensus:
@@ -51,35 +61,52 @@ class RankConsensus:
         self._reduce = reduce_sum
 
     def exchange(self, step: int, stop: int, data_time_s: float, wish: RewindWish | None,
-                 touched: bool) -> Exchange:
+                 touched: bool, job_row: np.ndarray | None = None,
+                 middle: tuple[float, float] | None = None) -> Exchange:
+        """``job_row``: this rank's row for the job log (job/fields.py), exchanged in the
+        same all-reduce, after the decisions' slots; the same width on every rank.
+        ``middle``: the two middle values of this rank's straggler window (``share``)."""
         import numpy as np
 
         n = self.world_size
-        total = self._reduce(self._slots(step, stop, data_time_s, wish, touched))
+        width = 0 if job_row is None else len(job_row)
+        vector = self._slots(step, stop, data_time_s, wish, touched, width)
+        if middle is not None:
+            vector[_LOW * n + self.rank], vector[_HIGH * n + self.rank] = middle
+        if job_row is not None:
+            start = _SLOTS * n + self.rank * width
+            vector[start:start + width] = job_row
+        total = self._reduce(vector)
         # round() of each slot, as numpy does it (half to even, like round); only the ranks
         # that wish a rewind are visited in Python
-        back, kinds = np.rint(total[2 * n:3 * n]), np.rint(total[3 * n:4 * n])
+        back = np.rint(total[_BACK * n:_KIND * n])
+        kinds = np.rint(total[_KIND * n:_TOUCHED * n])
         wishing = (back > 0) & (kinds > 0) & (kinds <= len(STOP_REASONS))
         wishes = [RewindWish(onset=step - int(back[rank]) + 1,
                              kind=STOP_REASONS[int(kinds[rank]) - 1], rank=rank)
                   for rank in np.flatnonzero(wishing).tolist()]
         return Exchange(stop_codes=np.rint(total[:n]).astype(np.int64),
-                        data_times=np.array(total[n:2 * n]),
-                        rewind_wishes=wishes, touched=bool(total[4 * n:].sum() > 0))
+                        data_times=np.array(total[_DATA * n:_BACK * n]), rewind_wishes=wishes,
+                        touched=bool(total[_TOUCHED * n:_LOW * n].sum() > 0),
+                        job_rows=None if job_row is None
+                        else total[_SLOTS * n:].reshape(n, width),
+                        middles=None if middle is None
+                        else total[_LOW * n:_SLOTS * n].reshape(2, n))
 
     def _slots(self, step: int, stop: int, data_time_s: float, wish: RewindWish | None,
-               touched: bool) -> np.ndarray:
-        """This rank's exchange vector: its own slots set, zeros elsewhere (_SLOTS)."""
+               touched: bool, width: int = 0) -> np.ndarray:
+        """This rank's exchange vector: its own slots set, zeros elsewhere (_SLOTS), then
+        ``width`` more zeros per rank (the job rows)."""
         import numpy as np
 
         n = self.world_size
-        vector = np.zeros(_SLOTS * n, np.float32)
-        vector[self.rank] = stop
-        vector[n + self.rank] = data_time_s
+        vector = np.zeros((_SLOTS + width) * n, np.float32)
+        vector[_STOP * n + self.rank] = stop
+        vector[_DATA * n + self.rank] = data_time_s
         if wish is not None:
-            vector[2 * n + self.rank] = step - wish.onset + 1
-            vector[3 * n + self.rank] = stop_code(wish.kind)
-        vector[4 * n + self.rank] = float(touched)
+            vector[_BACK * n + self.rank] = step - wish.onset + 1
+            vector[_KIND * n + self.rank] = stop_code(wish.kind)
+        vector[_TOUCHED * n + self.rank] = float(touched)
         return vector
 
     def gather(self, vector: np.ndarray) -> np.ndarray:

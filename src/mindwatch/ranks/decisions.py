@@ -37,11 +37,12 @@ class RankDecisions:
 
     def observe_peers(self, *, step: int, stop_codes: Sequence[int] | np.ndarray,
                       data_times: Sequence[float] | np.ndarray,
-                      step_time_s: float | None = None) -> list[Anomaly]:
+                      step_time_s: float | None = None,
+                      middles: np.ndarray | None = None) -> list[Anomaly]:
         """What the other ranks said after ``step``: stops to follow, stragglers."""
         found = self._peers.findings(
             step=step, stop_codes=stop_codes, data_times=data_times, step_time_s=step_time_s,
-            stopping=self._current.segment.stop_requested is not None)
+            stopping=self._current.segment.stop_requested is not None, middles=middles)
         self._actions.act(found)
         return found
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..anomaly import (
     ANOMALY_KINDS,
@@ -55,13 +55,17 @@ class Peers:
 
     def findings(self, *, step: int, stop_codes: Sequence[int] | np.ndarray,
                  data_times: Sequence[float] | np.ndarray, step_time_s: float | None,
-                 stopping: bool) -> list[Anomaly]:
+                 stopping: bool, middles: np.ndarray | None = None) -> list[Anomaly]:
         """Stragglers, and a ``peer_stop`` for the first other rank that stops, unless this
-        rank is ``stopping`` already (its own stop, or an earlier peer's)."""
-        found = self.straggler.update_peers(step, data_times, step_time_s)
+        rank is ``stopping`` already (its own stop, or an earlier peer's). ``middles``: what
+        the ranks' straggler rules shared (``Exchange.middles``), None: the rule keeps every
+        rank's data times itself."""
+        found = self.straggler.update_peers(step, data_times, step_time_s, middles)
         if self._detectors:
-            # the other readers loop over the ranks in Python: a list is the faster to walk
-            times = data_times.tolist() if hasattr(data_times, "tolist") else data_times
+            # The exchange's array as it is: its readers (throughput_drop's pace) keep it in
+            # numpy rings, so no per-rank list is made per step. detectors/base.py declares
+            # a Sequence; an array reads as one.
+            times = cast("Sequence[float]", data_times)
             found += [anomaly for detector in self._detectors
                       for anomaly in detector.update_peers(step, times, step_time_s)]
         if stopping:

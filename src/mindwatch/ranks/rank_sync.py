@@ -38,6 +38,8 @@ class RankSync:
         self._fingerprinter: Fingerprinter | None = None
         self._fingerprinted: Any = None         # the state the fingerprinter reads
         self._checked_at = 0            # the last step whose fingerprints were compared
+        # every rank's job row of the latest exchange (job/fields.py), for the job log
+        self.job_rows: np.ndarray | None = None
 
     def begin(self, step: int, consensus: Callable[[], RankConsensus | None]) -> None:
         """At train begin (``step``: the step training resumes after); ``consensus`` builds
@@ -46,19 +48,31 @@ class RankSync:
         if self.monitor.world_size > 1 and self._consensus is None:
             self._consensus = consensus()
 
+    @property
+    def exchanging(self) -> bool:
+        """The ranks exchange after each step (several, with a consensus)."""
+        return self._consensus is not None
+
     def after_step(self, step: int, *, data_time_s: float | None, step_time_s: float | None,
-                   state: Any) -> list[Anomaly]:
-        """``state``: what the fingerprinter reads (a train cell, a model and optimizer).
+                   state: Any, job_row: np.ndarray | None = None) -> list[Anomaly]:
+        """``state``: what the fingerprinter reads (a train cell, a model and optimizer);
+        ``job_row``: this rank's row for the job log, exchanged with the rest (``job_rows``).
         Returns the anomalies the exchange found (another rank's stop, a straggler, a replica
         that differs): a custom loop stops on them as on its own."""
         monitor, rewinds = self.monitor, self.monitor.rewinds
         if self._consensus is None:
             monitor.settle_rewind(step=step)
             return []
-        shared = self._consensus.exchange(step, monitor.stop_code(), data_time_s or 0.0,
-                                          rewinds.wish, rewinds.touched)
+        data_time = data_time_s or 0.0
+        # this rank's straggler window's middle values travel with it: each rank sorts only
+        # its own window, and the rule reads one median per rank
+        middle = monitor.peers.straggler.share(data_time)
+        shared = self._consensus.exchange(step, monitor.stop_code(), data_time, rewinds.wish,
+                                          rewinds.touched, job_row, middle)
+        self.job_rows = shared.job_rows
         found = monitor.observe_peers(step=step, stop_codes=shared.stop_codes,
-                                      data_times=shared.data_times, step_time_s=step_time_s)
+                                      data_times=shared.data_times, step_time_s=step_time_s,
+                                      middles=shared.middles)
         monitor.settle_rewind(step=step, wishes=shared.rewind_wishes, touched=shared.touched)
         interval = monitor.settings.consistency_interval
         # a crossing, not a multiple: in sink mode the step jumps by the sink size

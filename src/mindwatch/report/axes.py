@@ -18,6 +18,9 @@ from ..basics import format as fmt
 AUTO_LOG_RATIO = 30
 PADDING = 0.05        # of the y span, above and below the data
 MAX_DECADES = 8       # decade ticks on a log axis, at most
+# A constant series (a flat LR of 0.01) gets an axis of its value +- this share of it: one
+# padded by a fixed 0.5 put 0.01 on a -0.4..0.4 axis, where it read as 0.
+FLAT_SPAN = 0.1
 
 
 def nice_ticks(low: float, high: float, log: bool = False) -> list[float]:
@@ -60,7 +63,8 @@ def panel_axis(panel: Mapping[str, Any]) -> dict[str, Any] | None:
     if log:
         ys = [math.log10(v) for v in ys if v > 0]
     low, high = min(ys), max(ys)
-    pad = (high - low) * PADDING or 0.5
+    # flat: a decade around it on a log axis, else +-10% of it (+-0.5 around 0)
+    pad = (high - low) * PADDING or (0.5 if log else abs(low) * FLAT_SPAN or 0.5)
     y0, y1 = low - pad, high + pad
     xs = panel.get("x_range") or [x for line in panel["lines"] for x in line["x"]]
     x0, x1 = min(xs), max(xs)

@@ -3,7 +3,9 @@
 // cells: base64, one byte per cell row by row (0..239 the colour scale, 250 no data, 251 zero
 // or negative, 252 NaN, 253 +inf), scale: [log10 low, log10 high], labels: [low, high],
 // marks: [{row, col, step, kind, message}] (an anomaly on that layer's cell),
-// ticks: [{col, step, kind, message}] (an anomaly of the whole step)}]}.
+// ticks: [{col, step, kind, message}] (an anomaly of the whole step), and from a job's page
+// (job_charts_heatmap.py) note: what a cell's value is, group: ranks per row, worst: base64,
+// a byte per cell, which rank of the row's group holds the cell's value (its offset)}]}.
 (function () {
   "use strict";
   var TOP = 239, NO_DATA = 250, NOT_POSITIVE = 251, NAN = 252, INF = 253;
@@ -52,10 +54,12 @@
       }
     }
     g.fillStyle = "#1d2329";
-    g.font = Math.min(12, rowH) + "px system-ui, sans-serif";
+    // rows under 9 px: 9 px labels on every few rows, not labels as small as a row
+    var font = Math.max(9, Math.min(12, rowH));
+    g.font = font + "px system-ui, sans-serif";
     g.textAlign = "right";
     g.textBaseline = "middle";
-    var every = Math.max(1, Math.ceil(9 / rowH));      // a label at least every 9 px
+    var every = rowH >= 9 ? 1 : Math.ceil((font + 3) / rowH);   // labels 12+ px apart
     map.rows.forEach(function (name, i) {
       if (i % every === 0) g.fillText(name, LABELS - 6, TICKS + (i + 0.5) * rowH);
     });
@@ -108,10 +112,12 @@
     if (code === NAN) return "NaN";
     if (code === INF) return "+inf";
     var lo = map.scale[0], hi = map.scale[1];
-    return "~" + Math.pow(10, lo + code / TOP * (hi - lo)).toPrecision(3) + " (bin max)";
+    return "~" + Math.pow(10, lo + code / TOP * (hi - lo)).toPrecision(3) + " (" +
+      (map.note || "bin max") + ")";
   }
 
   function hover(canvas, box, map, raw, rowH, cellW) {
+    var worst = map.worst ? atob(map.worst) : null;
     var tip = html("div", "tip", undefined, box);
     tip.style.display = "none";
     canvas.addEventListener("mousemove", function (ev) {
@@ -125,6 +131,9 @@
       var steps = map.steps[c], text = [map.rows[r], "steps " + steps[0] +
         (steps[1] !== steps[0] ? "-" + steps[1] : ""),
         valueText(map, raw.charCodeAt(r * map.columns + c))];
+      if (worst && raw.charCodeAt(r * map.columns + c) !== NO_DATA) {
+        text.push("on rank " + (r * map.group + worst.charCodeAt(r * map.columns + c)));
+      }
       map.marks.forEach(function (m) {
         if (m.row === r && m.col === c) text.push(m.kind + " at step " + m.step + ": " + m.message);
       });

@@ -7,7 +7,9 @@ Python, so they read even with JavaScript off; every text that came from a log g
 ``html.escape`` (a log message is data, never markup).
 
 The charts' data comes from ``panels.py``, downsampled, so the file size is bounded by the
-number of ranks and panels, not by the length of the run.
+number of ranks and panels, not by the length of the run. A job of more than
+``MAX_RANK_CURVES`` ranks gets the job page instead (job/page.py): the spread across
+ranks and a few named ranks, so its size does not grow with the ranks either.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from ..anomaly import HANG
 from ..basics import format as fmt
 from ..basics.run_dir import write_text_atomically
 from ..events import Event, counts, event_line, group
+from ..job_schema import JOB_FILE
 from ..records import Anomaly, Common, End, Run, Step
 from ..runlog import RunLog
 from .goodput_table import goodput_section
@@ -68,6 +71,10 @@ def _table(headers: Iterable[str], rows: Iterable[str], css: str = "") -> str:
     return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>' \
            "</table>"
 
+
+# Up to this many ranks a page draws each rank's curves; beyond, the job page (a band of the
+# spread across ranks and a few named ranks' curves: job/page.py).
+MAX_RANK_CURVES = 4
 
 # The anomaly table's columns: one row per event (a step's anomalies on one rank).
 EVENT_COLUMNS = ["step", "rank", "event", "report"]
@@ -157,9 +164,32 @@ def _script(name: str) -> str:
     return resources.files("mindwatch.report").joinpath(name).read_text(encoding="utf-8")
 
 
+def _job_view(run: RunLog) -> Any:
+    """The ``JobView`` to draw the job page from (its job log's, else condensed from the
+    rank logs), or None: a run of at most ``MAX_RANK_CURVES`` ranks. A run of one rank
+    imports nothing more (numpy is not loaded: ``report`` runs in little memory)."""
+    if os.path.lexists(os.path.join(run.directory, JOB_FILE)):
+        from ..runlog.job.view import read_job
+        view = read_job(run.directory)
+        if view is not None and view.world_size > MAX_RANK_CURVES:
+            return view
+    if len(run.ranks) > MAX_RANK_CURVES:
+        from ..runlog.job.view import condense
+        return condense(run)
+    return None
+
+
 def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = None) -> str:
     """The report page. ``link_base``: the folder the page will be saved in (default: the run
-    directory), so links to ``anomalies/*.md`` resolve from there."""
+    directory), so links to ``anomalies/*.md`` resolve from there. A job of more than a few
+    ranks gets the job page (job/page.py: spreads, named ranks, heatmaps of ranks),
+    from its job log, else condensed from its rank logs."""
+    view = _job_view(run)
+    if view is not None:
+        from .job.page import render_job_html
+        with gc_paused():
+            return render_job_html(view, {log.rank: log for log in run.ranks},
+                                   max_points=max_points, link_base=link_base)
     with gc_paused():
         scans = scan_logs(run)
         panels = build_panels(run, max_points, scans)
@@ -201,14 +231,20 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
         goodput_section(scans, _table),
         "<h2>Settings and versions</h2>", _table(["setting", "value"], config_rows, "config"),
         "</main>",
+        *page_scripts(data, heatmaps=bool(heatmaps)),
+    ]
+    return "\n".join(parts)
+
+
+def page_scripts(data: Any, *, heatmaps: bool) -> list[str]:
+    """The end of a report page: its data, the error catcher, the drawing scripts."""
+    return [
         f'<script type="application/json" id="mw-data">{_json_block(data)}</script>',
         # Installed before plot.js runs so even a syntax error there is shown on the page.
         "<script>window.onerror=function(m,s,l,c,e){var d=document.getElementById('errors');"
         "d.textContent+=(e&&e.stack?e.stack:m+' at line '+l)+'\\n';};</script>",
         f"<script>{_script('plot.js')}</script>",
-        f"<script>{_script('heatmap.js')}</script>" if heatmaps else "", "</body></html>",
-    ]
-    return "\n".join(parts)
+        f"<script>{_script('heatmap.js')}</script>" if heatmaps else "", "</body></html>"]
 
 
 _CSS = """

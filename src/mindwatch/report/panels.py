@@ -59,12 +59,12 @@ def scan_logs(run: RunLog) -> list[Scanned]:
         scan = log.scan
         steps = scan.steps[Step.STEP]
         marked = {a.get(Anomaly.STEP) for a in scan.anomalies[:MAX_ANOMALY_ROWS]}
-        found.append(Scanned(log, scan, _positions(StepIndex(steps, scan.ascending), steps,
-                                                   marked)))
+        found.append(Scanned(log, scan, positions_of(StepIndex(steps, scan.ascending), steps,
+                                                     marked)))
     return found
 
 
-def _positions(index: StepIndex, steps, marked: set) -> list[int]:
+def positions_of(index: StepIndex, steps, marked: set) -> list[int]:
     """The indices of the step records whose step is in ``marked``."""
     if not marked:
         return []
@@ -79,7 +79,7 @@ def run_settings(scans: list[Scanned]) -> dict[str, Any]:
     return next((s.scan.run for s in scans if s.scan.run is not None), {})
 
 
-def _line(label: str, rank: int, xs, ys, n: int, keep: list[int], **style: Any
+def curve(label: str, rank: int, xs, ys, n: int, keep: list[int], **style: Any
           ) -> dict[str, Any]:
     """One downsampled curve, keeping the points at the indices ``keep``; ``text`` holds each
     value as the tooltip shows it."""
@@ -92,7 +92,7 @@ def _spread(scans: list[Scanned], name: str, n: int) -> list[dict[str, Any]]:
     """Min / median / max across ranks at each step (finite values only)."""
     steps, stats = per_step([s.scan.steps[Step.STEP] for s in scans],
                             [s.scan.steps[name] for s in scans])
-    return [_line(stat, -1, steps, stats[stat], n, [], spread=stat) for stat in STATS]
+    return [curve(stat, -1, steps, stats[stat], n, [], spread=stat) for stat in STATS]
 
 
 def build_panels(run: RunLog, max_points: int = 2000,
@@ -103,7 +103,7 @@ def build_panels(run: RunLog, max_points: int = 2000,
     n = max_points
 
     def per_rank_lines(name: str, **style: Any) -> list[dict[str, Any]]:
-        return [_line(f"rank {s.rank}", s.rank, s.scan.steps[Step.STEP], s.scan.steps[name],
+        return [curve(f"rank {s.rank}", s.rank, s.scan.steps[Step.STEP], s.scan.steps[name],
                       n, s.keep, **style) for s in scans]
 
     def hlines(*pairs) -> list[dict[str, Any]]:
@@ -113,9 +113,9 @@ def build_panels(run: RunLog, max_points: int = 2000,
     loss_lines: list[dict[str, Any]] = []
     for s in scans:
         steps = s.scan.steps
-        loss_lines.append(_line(f"rank {s.rank} loss", s.rank, steps[Step.STEP], steps[Step.LOSS],
+        loss_lines.append(curve(f"rank {s.rank} loss", s.rank, steps[Step.STEP], steps[Step.LOSS],
                                 n, s.keep, faint=True))
-        loss_lines.append(_line(f"rank {s.rank} smoothed", s.rank, steps[Step.STEP],
+        loss_lines.append(curve(f"rank {s.rank} smoothed", s.rank, steps[Step.STEP],
                                 steps[Step.LOSS_SMOOTH], n, s.keep))
     panels: list[dict[str, Any]] = [
         {"id": "loss", "title": "Loss (faint) and smoothed loss", "log": "auto",
@@ -171,7 +171,7 @@ def _hardware_panels(scans: list[Scanned], n: int, temp_lines) -> list[dict[str,
             groups = [("", s.scan.hardware)] if source == "hardware" else \
                 sorted(s.scan.devices.items())
             for dash, (device, series) in enumerate(groups):
-                out.append(_line(f"rank {s.rank} {device}".rstrip(), s.rank, series[X],
+                out.append(curve(f"rank {s.rank} {device}".rstrip(), s.rank, series[X],
                                  series[name], n, [], dash=dash % 3, **style))
         return out
 

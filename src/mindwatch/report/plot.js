@@ -7,6 +7,9 @@
 // A page of several runs (compare.py) adds runs: [{label, colour}], and to each line and
 // anomaly `run` (an index into runs); its lines carry their `colour`. Its anomalies are
 // marked in their run's colour, with a dot on each curve of their run and rank.
+// A job's page (job_charts.py) sets `band` on a panel: its lines with band "hi" and "lo" (the
+// max and min across ranks, each downsampled on its own) are the edges of a filled band,
+// drawn under every line; the other lines carry their `colour` and `dash`.
 // Non-finite values arrive as the strings "NaN", "Infinity", "-Infinity" (the JSON stays
 // strict). Every number shown as text (ticks, tooltips) comes formatted from Python.
 (function () {
@@ -118,6 +121,7 @@
       el("text", {x: W - R - 4, y: py(h.y) - 4, "text-anchor": "end", "font-size": 11,
                   fill: "#c0392b"}, svg).textContent = h.label;
     });
+    if (panel.band) band(svg, lines, px, py, log);
     lines.forEach(function (l) {
       var segs = [], cur = [];
       l.y.forEach(function (v, i) {
@@ -138,8 +142,9 @@
       if (cur.length) segs.push(cur);
       segs.forEach(function (s) {
         if (s.length === 1) s.push(s[0]);
+        var thin = l.src.faint || l.src.band;
         var poly = el("polyline", {points: s.join(" "), fill: "none", stroke: colour(l.src),
-                                   "stroke-width": l.src.faint ? 1 : 1.6, "stroke-opacity":
+                                   "stroke-width": thin ? 1 : 1.6, "stroke-opacity":
                                    l.src.faint ? 0.4 : 1, "stroke-dasharray":
                                    DASHES[l.src.dash || 0], "stroke-linejoin": "round"}, svg);
         if (l.src.run !== undefined) poly.setAttribute("data-label", l.src.label);
@@ -147,6 +152,30 @@
     });
     if (panel.markers) dots(svg, lines, px, py, log, x0, x1);
     hover(svg, box, lines, px, x0, x1);
+  }
+
+  // The band between the max ("hi") and min ("lo") edges across ranks: one polygon, the hi
+  // edge left to right, then the lo edge back; points that cannot be drawn are left out.
+  function band(svg, lines, px, py, log) {
+    var hi = null, lo = null;
+    lines.forEach(function (l) {
+      if (l.src.band === "hi") hi = l;
+      if (l.src.band === "lo") lo = l;
+    });
+    if (!hi || !lo) return;
+    function points(l) {
+      var out = [];
+      l.y.forEach(function (v, i) {
+        if (isFinite(v) && (!log || v > 0)) {
+          out.push(px(l.x[i]).toFixed(1) + "," + py(v).toFixed(1));
+        }
+      });
+      return out;
+    }
+    var top = points(hi), bottom = points(lo).reverse();
+    if (!top.length || !bottom.length) return;
+    el("polygon", {points: top.concat(bottom).join(" "), fill: SPREAD.median,
+                   "fill-opacity": 0.18, stroke: "none", "class": "band"}, svg);
   }
 
   // Several runs: a dot where an anomaly's step falls on a curve of its run and rank, so the

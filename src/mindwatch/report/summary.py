@@ -53,6 +53,30 @@ _HANGS = "hangs"
 GOODPUT = "goodput"
 
 
+def summarize_dir(directory: str) -> dict[str, Any]:
+    """The summary of a run directory: of several ranks, the job's (report/job/summary.py:
+    from ``job.jsonl``, reading no rank log; else from the rank logs condensed, where a
+    rank log with no record is a silent rank, not an error); of one rank, ``summarize``'s.
+    Raises RunLogError when the input cannot be read."""
+    from ..runlog.job.view import condense, read_job, read_ranks
+    from .job.summary import job_summary
+
+    view = read_job(directory, bins=False)     # the summary draws no heatmap
+    if view is not None and view.world_size > 1:
+        return job_summary(view)
+    run = read_ranks(directory)                # it shows no state record, draws no chart
+    result = summarize(run)
+    return job_summary(condense(run), result) if len(run.ranks) > 1 else result
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The text of ``summarize_dir``'s summary: a job's, or a single rank's."""
+    from .job.summary import JOB
+    from .job.summary_text import render_job_text
+
+    return render_job_text(summary) if JOB in summary else render_text(summary)
+
+
 def summarize(run: RunLog) -> dict[str, Any]:
     ranks: list[dict[str, Any]] = []
     scans = [log.scan for log in run.ranks]
@@ -162,13 +186,18 @@ def _verdict(anomalies: int, endings: list[str], hangs: list[dict[str, Any]],
     hung = sorted({h[Common.RANK] for h in hangs})
     if hung:
         words.append(f"HUNG ON RANK{'S' if len(hung) > 1 else ''} {', '.join(map(str, hung))}")
+    # last: its fix is a sentence, which may hold commas of its own
+    return ", ".join(words + ending_words(endings, anomalies)
+                     + ([unwatched] if unwatched else [])) or "HEALTHY"
+
+
+def ending_words(endings: list[str], anomalies: int = 0) -> list[str]:
+    """The verdict's words for the ``endings`` that are not ``completed``, worst first (a
+    "stopped" with ``anomalies`` says nothing: they say why)."""
     known = [word for ending, word in _ENDINGS.items() if ending in endings
              and not (ending == records.STOPPED and anomalies)]
-    unknown = sorted({f"ENDED {e.upper()}" for e in endings
-                      if e not in _ENDINGS and e != records.COMPLETED})
-    # last: its fix is a sentence, which may hold commas of its own
-    return ", ".join(words + known + unknown + ([unwatched] if unwatched else [])) \
-        or "HEALTHY"
+    return known + sorted({f"ENDED {e.upper()}" for e in endings
+                           if e not in _ENDINGS and e != records.COMPLETED})
 
 
 def _spread(scans: list[RankScan], ranks: list[int]) -> dict[str, Any] | None:

@@ -48,9 +48,11 @@ from ..records import (
 )
 from ..runlog import RunLogError
 from ..runlog.follower import Follower
+from ..runlog.job.follow import JobFollower
 from ..settings import check_number
+from .job.watch import render_job
 from .summary import skipped_note
-from .watch_state import LAST_ANOMALIES, SPARK_WIDTH, RankState, WatchState
+from .watch_state import LAST_ANOMALIES, SPARK_WIDTH, JobState, RankState, WatchState
 from .watched import not_watched
 
 _SPARKS = "▁▂▃▄▅▆▇█"
@@ -59,7 +61,8 @@ _SPARKS = "▁▂▃▄▅▆▇█"
 _WIDEST = 100_000
 EXIT_ENDED, EXIT_NOT_ENDED, EXIT_INTERRUPTED = 0, 1, 130
 
-__all__ = ["Follower", "NoRunLogs", "RankState", "WatchState", "render", "sparkline", "watch"]
+__all__ = ["Follower", "JobState", "NoRunLogs", "RankState", "WatchState", "render",
+           "render_job", "sparkline", "watch"]
 
 
 class NoRunLogs(RunLogError):
@@ -258,14 +261,34 @@ def watch(run_dir: str, *, console: Console | None = None, refresh_s: float = 0.
     fit_file = console is None        # a console given to us keeps the width it was given
     console = console or Console()
     follower, state = Follower(run_dir), WatchState(run_dir)
+    # A job log, once there, is all the view reads: one file whatever the number of ranks.
+    job_follower, job = JobFollower(run_dir), JobState(run_dir)
     start = clock()
     if wait_s is not None:
-        _wait_for_logs(follower, wait_s, refresh_s, clock, sleep)
+        _wait_for_logs(follower, job_follower, wait_s, refresh_s, clock, sleep)
     code = EXIT_NOT_ENDED
+
+    def view(final: bool = False):
+        if job.run is not None:
+            return render_job(job, elapsed_s=clock() - start, final=final)
+        return render(state, elapsed_s=clock() - start, final=final)
+
     # auto_refresh off: we redraw after each poll, so no second thread touches the state.
     with Live(render(state), console=console, auto_refresh=False, transient=False) as live:
         try:
             while True:
+                if job.run is not None or job_follower.exists:
+                    job.update(job_follower.poll())
+                    job.skipped = job_follower.skipped
+                if job.run is not None:
+                    if stop_when_ended and job.end is not None:
+                        code = EXIT_ENDED
+                        break
+                    if timeout_s is not None and clock() - start >= timeout_s:
+                        break
+                    live.update(view(), refresh=True)
+                    sleep(refresh_s)
+                    continue
                 state.exists = follower.exists
                 state.update(follower.poll())
                 state.update_history(follower.read_history(0))     # the logs' first records
@@ -287,7 +310,7 @@ def watch(run_dir: str, *, console: Console | None = None, refresh_s: float = 0.
             code = EXIT_INTERRUPTED
         # Printed once by Live when it stops (on a terminal it stays; into a file it is the
         # only output): the final table.
-        final = render(state, elapsed_s=clock() - start, final=True)
+        final = view(final=True)
         if fit_file:
             _fit_to_file(console, final)
         live.update(final, refresh=True)
@@ -305,10 +328,10 @@ def _fit_to_file(console: Console, view: Any) -> None:
                                     view).maximum
 
 
-def _wait_for_logs(follower: Follower, wait_s: float, refresh_s: float,
+def _wait_for_logs(follower: Follower, job: JobFollower, wait_s: float, refresh_s: float,
                    clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
     deadline = clock() + wait_s
-    while not follower.has_logs:
+    while not (follower.has_logs or job.exists):
         if clock() >= deadline:
             what = ("no rank_<R>.jsonl run logs" if follower.exists
                     else "no such run directory")

@@ -146,3 +146,49 @@ class WatchState:
         ranks = self.ranks
         return bool(ranks) and len(ranks) >= self.world_size and all(
             s.end is not None for s in ranks.values())
+
+
+class JobState:
+    """What the live view of a job shows, folded from its job log (``JobFollower``): the
+    latest ``run`` record (the ranks' places), the latest job step with its spreads, the
+    recent mean losses, the last events with their count, the latest segment's hangs and
+    its end."""
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self.run: dict[str, Any] | None = None
+        self.places: dict[int, tuple[str | None, int | None]] = {}
+        self.step: dict[str, Any] | None = None
+        self.losses: deque[float | None] = deque(maxlen=SPARK_WIDTH)
+        self.events: deque[dict[str, Any]] = deque(maxlen=LAST_ANOMALIES)
+        self.event_count = 0
+        self.hangs: list[dict[str, Any]] = []
+        self.end: dict[str, Any] | None = None
+        self.segments = 0
+        self.skipped: tuple[int, list[int]] = (0, [])
+
+    @property
+    def world_size(self) -> int:
+        size = (self.run or {}).get(Run.WORLD_SIZE)
+        return size if isinstance(size, int) and size > 0 else max(len(self.places), 1)
+
+    def update(self, found: list[dict[str, Any]]) -> None:
+        from ..job_schema import EVENT, HANG, JOB_STEP
+        from ..runlog.job.view import SEGMENT, places_of
+
+        for record in found:
+            kind = record.get(Common.KIND)
+            if kind == records.RUN:
+                self.run, self.places = record, places_of(record)
+                self.segments += 1
+                self.end, self.hangs = None, []
+            elif kind == JOB_STEP:
+                self.step = record
+                self.losses.append(record.get(Step.LOSS))
+            elif kind == EVENT:
+                self.events.append({**record, SEGMENT: self.segments})
+                self.event_count += 1
+            elif kind == HANG:
+                self.hangs.append(record)
+            elif kind == records.END:
+                self.end = record

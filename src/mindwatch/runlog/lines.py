@@ -154,7 +154,7 @@ class LineDecoder:
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             self._skip(number, f"not a strict JSON object ({exc})")
             return None
-        problem = _problem(record)
+        problem = self.problem(record)
         if self._first:
             self._check_first(record, problem, number)
         if problem is not None:
@@ -162,6 +162,11 @@ class LineDecoder:
             return None
         self.records += 1
         return record
+
+    def problem(self, record: Record) -> str | None:
+        """Why ``record`` is not a record of this kind of log, or None (a reader of another
+        log of the same line rules, the job log, names its own kinds)."""
+        return _problem(record)
 
     def _check_first(self, record: Record, problem: str | None, number: int) -> None:
         """The first JSON object decides whether this is a run log at all."""

@@ -36,14 +36,17 @@ _FAILED, _DROPPED = "failed", "dropped"     # OnceMessages keys
 
 def wants_alert(record: Mapping[str, Any]) -> bool:
     """Whether ``record`` needs someone. On a run of many ranks, a stop that one rank decided
-    is posted by that rank alone (its anomaly and its end): the ``peer_stop`` copies and the
-    ends of the ranks that stopped with it would be one post per rank, a thousand for one
+    is posted by that rank alone (its anomaly and its end): the ``peer_stop`` copies, the
+    copies of a gradient anomaly that another rank's gradients caused (``origin_rank``) and
+    the ends of the ranks that stopped with it would be one post per rank, a thousand for one
     event on a large job. Each rank still posts what happened to it (its own anomalies, its
     hang, its crash, a signal it received)."""
     kind = record.get(Common.KIND)
     if kind == records.ANOMALY:
         anomaly = record.get(Anomaly.ANOMALY)
-        if anomaly == PEER_STOP:
+        origin = record.get(Anomaly.ORIGIN_RANK)
+        # a gradient anomaly every rank found alike is posted by the rank that caused it
+        if anomaly == PEER_STOP or (origin is not None and origin != record.get(Common.RANK)):
             return False
         actions = record.get(Anomaly.ACTIONS) or []
         # A hang is always worth waking someone for, even under "warn".

@@ -25,7 +25,7 @@ from .hardware.memory import torch_memory_reader
 from .probes.activation_probe import ActivationProbes
 from .probes.state_probe import StateProbe
 from .ranks.consensus import consensus_for
-from .ranks.distributed import current_rank, initialised
+from .ranks.distributed import current_rank, initialised, replicated_state
 from .ranks.fingerprints import Fingerprinter
 from .ranks.local_norms import LocalNorms
 from .ranks.shared_verdict import SharedVerdict
@@ -85,12 +85,17 @@ class TrainMonitor:
             notes=self._notes, memory_reader=torch_memory_reader(),
             snapshots=TrainStateSnapshots(self._state), unprotected=self._unprotected,
             replay=self._replay, consensus=consensus_for, fingerprinter=Fingerprinter,
-            push_limits=self._push_limits, saved_states=lambda: saved_states(self._state))
+            push_limits=self._push_limits, saved_states=lambda: saved_states(self._state),
+            replicated=lambda: replicated_state(self.monitor.world_size, self._ddp_wrapped,
+                                                self._state.optimizer))
         rank = current_rank()
         self.monitor = Monitor(log_dir, rank=rank.rank, world_size=rank.world_size,
                                local_rank=rank.local_rank, stream=stream, clock=clock,
                                framework=framework, **settings)
         self._local_norms: LocalNorms | None = None
+        # the model trains in DistributedDataParallel (protect's model=, or a trainer's own
+        # wrapper): every rank holds the same state, one checkpoint is the job's
+        self._ddp_wrapped = False
         self._activations: ActivationProbes | None = None
         self._began = False
         self._said_closure = False
@@ -109,6 +114,12 @@ class TrainMonitor:
         return self.monitor.settings
 
     # -- the loop's three calls --------------------------------------------------------------
+    def trained_in(self, wrapper: Any) -> None:
+        """A trainer's own wrapper of the model (Hugging Face's ``model_wrapped``), when the
+        model given to ``protect`` is the bare one: a DistributedDataParallel wrapper says
+        every rank holds the same state (``FrameworkHooks.replicated``)."""
+        self._ddp_wrapped |= ddp_of(wrapper) is not None
+
     def protect(self, optimizer: torch.optim.Optimizer, *, model: torch.nn.Module | None = None,
                 clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
                 schedulers: Sequence[Any] = (), activations: Sequence[str] | None = None,
@@ -162,6 +173,7 @@ class TrainMonitor:
         self.train_step = ProtectedStep(optimizer, grad_explode=self.settings.grad_explode,
                                         clip_grad_norm=clip_grad_norm,
                                         skip_anomalous_updates=skip_anomalous_updates)
+        self._ddp_wrapped |= ddp_of(model) is not None
         if self.monitor.world_size > 1 and initialised():
             ddp = ddp_of(model)
             if ddp is not None and self._local_norms is None:

@@ -30,3 +30,15 @@ def collective_device() -> torch.device:
         npu = torch.npu  # type: ignore[attr-defined,unused-ignore]  # torch_npu adds it
         return torch.device("npu", npu.current_device())
     return torch.device("cpu")
+
+
+def replicated_state(world_size: int, ddp: bool, optimizer: object) -> bool:
+    """Whether every rank holds the same training state (``FrameworkHooks.replicated``):
+    several initialised ranks training a ``DistributedDataParallel`` model (``ddp``) with an
+    optimizer that keeps its whole state on every rank. FSDP, DeepSpeed's engine and
+    tensor-parallel modules are no DDP, and ``ZeroRedundancyOptimizer`` shards the optimizer
+    state: each rank then saves its own part."""
+    if world_size < 2 or not ddp or not initialised():
+        return False
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    return not isinstance(optimizer, ZeroRedundancyOptimizer)

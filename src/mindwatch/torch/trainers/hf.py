@@ -72,6 +72,9 @@ class HFCallback(TrainerCallback):
             schedulers=[lr_scheduler] if lr_scheduler is not None else [])
         self._hook = model.register_forward_hook(self._take_loss)
         self._trainer = _calling_trainer(state)
+        # the callback is handed the bare model; the Trainer's DDP (not under FSDP or
+        # DeepSpeed) says every rank holds the same state
+        self.train_monitor.trained_in(getattr(self._trainer, "model_wrapped", None))
         self.monitor.start(total_steps=state.max_steps or None, after_step=state.global_step)
 
     def _take_loss(self, module: torch.nn.Module, inputs: Any, output: Any) -> None:

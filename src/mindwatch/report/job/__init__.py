@@ -1,0 +1,1 @@
+"""The views of a job of several ranks: its summary, its live view, its report page."""

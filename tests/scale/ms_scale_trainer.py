@@ -1,0 +1,54 @@
+"""One rank of the scale tests' MindSpore job (not a test module): ``Model.train`` over a
+data-parallel Cell (``monitor.wrap``), each rank its own data, under msrun on one host or on
+two (test_msrun_scale.py).
+
+    msrun ... ms_scale_trainer.py LOG_DIR NAN_RANK NAN_STEP
+
+Rank NAN_RANK's batch NAN_STEP is NaN, on that rank only: its loss is NaN, and the reduced
+gradients are NaN on every rank. ``loss_nonfinite`` and ``gradient_nonfinite`` stop the job;
+every other rule warns, as by default. ALERT_WEBHOOK in the environment: every rank posts its
+alerts there.
+"""
+import gc
+import os
+import sys
+
+import mindspore as ms
+from mindspore import dataset as ds
+from mindspore import nn
+from mindspore.communication import get_rank, init
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mindspore"))
+from mindwatch.mindspore import TrainMonitor
+from ms_helpers import make_regressor, regression_arrays
+
+STEPS = 24
+
+
+def main(log_dir, nan_rank, nan_step):
+    ms.set_context(mode=ms.GRAPH_MODE)
+    init()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
+                                 gradients_mean=True)
+    rank = get_rank()
+    x, y = regression_arrays(8 * STEPS, seed=rank,
+                             nan_at=int(nan_step) if rank == int(nan_rank) else None)
+    data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(8)
+    # straggler_window past the run's steps: 16 ranks on 2 cores take turns at random, and
+    # an input pipeline that waited on a busy core is no straggler this job injects (the
+    # job log's one event is the NaN's)
+    monitor = TrainMonitor(log_dir, hardware_interval_s=None, print_interval=100,
+                           straggler_window=2 * STEPS,
+                           on_anomaly={"loss_nonfinite": "stop", "gradient_nonfinite": "stop"},
+                           alert_webhook=os.environ.get("ALERT_WEBHOOK"))
+    net = make_regressor()
+    step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()),
+                        nn.Adam(net.trainable_params(), learning_rate=0.01))
+    ms.train.Model(step).train(1, data, callbacks=[monitor], dataset_sink_mode=False)
+
+
+if __name__ == "__main__":
+    gc.freeze()            # the imports' objects, out of MindSpore's gc.collect() a compile
+    # one CPU kernel thread a rank: 16 ranks share two cores (tests/conftest.py's note)
+    ms.device_context.cpu.op_tuning.threads_num(1)
+    main(*sys.argv[1:4])
