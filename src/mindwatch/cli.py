@@ -375,6 +375,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"mindwatch {args.command}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        if exc.name != "numpy":
+            print(_one_line(f"mindwatch {args.command}: {type(exc).__name__}: {exc}"),
+                  file=sys.stderr)
+            return EXIT_UNREADABLE
+        # a job of several ranks is read into arrays (runlog/job/); one rank's log is not
+        print(f"mindwatch {args.command}: the views of a job of several ranks need numpy, "
+              "which cannot be imported here: pip install numpy (MindSpore and PyTorch "
+              "install it)", file=sys.stderr)
+        return EXIT_UNREADABLE
     except BrokenPipeError:
         # the reader went away (``mindwatch summary DIR | head``): quiet, as a program killed
         # by SIGPIPE is, and stdout pointed at /dev/null so the exit's flush says nothing

@@ -204,3 +204,11 @@ def test_the_job_follower_holds_a_torn_line_and_reads_a_long_log_from_its_tail(
     assert kinds[0] == "run" and "event" in kinds and kinds[-1] == "end"
     steps = [r["step"] for r in first if r["kind"] == "job_step"]
     assert steps and steps[-1] == 20 and steps[0] > 1          # only the tail's steps
+
+
+def test_without_numpy_the_job_summary_says_what_to_install(job, capsys, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "numpy", None)      # what an import then raises
+    assert main(["summary", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert "need numpy" in err and "pip install numpy" in err, err
