@@ -13,6 +13,10 @@ records of that step, a hardware sample the sampler thread wrote meanwhile). The
 no field a writer adds, so logs written before events existed group the same way. A ``hang``
 is an event of its own: its step is the last step that ended, not a finding of that step.
 
+A job's event (``job_event``) is one step of a job of several ranks: the kinds every rank
+found, the ranks, the rank it came from, and rank 0's decision. Rank 0's job log
+(job/events.py) and a view condensing rank logs (runlog/job/condense.py) both build it here.
+
 Plain records in, plain text out: the console (a sink) and the views share this module, so
 it sits below both and imports only the schema and the number format.
 """
@@ -22,8 +26,10 @@ from collections.abc import Iterable, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .anomaly import HANG
+from .anomaly import ANOMALY_KINDS, HANG
 from .basics import format as fmt
+from .basics.rank_set import rank_set
+from .job_schema import Event as JobEvent
 from .records import Anomaly, Common
 
 WARN = "warn"
@@ -185,3 +191,44 @@ def counts(anomalies: int, events: int) -> str:
     """"3 anomalies in 1 event", or "2 anomalies" when each is an event of its own."""
     what = fmt.count(anomalies, "anomaly", "anomalies")
     return what if events == anomalies else f"{what} in {fmt.count(events, 'event')}"
+
+
+def job_origin(named: int | None, every: Iterable[int]) -> int | None:
+    """The rank a job's event came from: ``named`` (the rank a gradient anomaly's attribution
+    names, or the one a peer stop follows), else the one rank that found anything; None when
+    several did and none is named."""
+    if named is not None:
+        return named
+    ranks = set(every)
+    return next(iter(ranks)) if len(ranks) == 1 else None
+
+
+def job_event(step: Any, ranks_of: Mapping[str, Iterable[int]], *, named: int | None,
+              place: tuple[Any, Any], places: Mapping[int, tuple[Any, Any]],
+              actions: Sequence[str], message: Any, report: Any, checkpoint: Any,
+              verdict: Any) -> dict[str, Any]:
+    """The ``event`` fields (job_schema.Event) of a job's step: ``ranks_of``, each kind any
+    rank found -> those ranks (not empty); ``named``, the origin when known (``job_origin``);
+    ``place``, its (host, device) when known, else looked up in ``places``; the rest, the
+    job's decision (rank 0's): ``actions`` (none: warned), its first anomaly's ``message``
+    (None: the kinds and ranks said), ``report``, ``checkpoint``, the replay's ``verdict``."""
+    kinds = sorted(ranks_of, key=lambda kind: ANOMALY_KINDS.index(kind)
+                   if kind in ANOMALY_KINDS else len(ANOMALY_KINDS))
+    every: set[int] = set().union(*ranks_of.values())
+    origin = job_origin(named, every)
+    if origin is not None and tuple(place) == (None, None):
+        place = places.get(origin, (None, None))
+    host, device = place if origin is not None else (None, None)
+    fields: dict[str, Any] = {
+        JobEvent.STEP: step, JobEvent.KINDS: kinds, JobEvent.RANKS: rank_set(every),
+        JobEvent.RANK_COUNT: len(every), JobEvent.ORIGIN_RANK: origin,
+        JobEvent.ORIGIN_HOST: host, JobEvent.ORIGIN_DEVICE: device,
+        JobEvent.ACTIONS: list(actions) or [WARN],
+        JobEvent.MESSAGE: message if message is not None else
+        f"{', '.join(kinds)} on rank(s) {rank_set(every)}",
+        JobEvent.REPORT: report, JobEvent.CHECKPOINT: checkpoint}
+    if verdict is not None:
+        fields[JobEvent.REPLAY_VERDICT] = verdict
+    if len(kinds) > 1:
+        fields[JobEvent.BY_KIND] = {kind: rank_set(ranks_of[kind]) for kind in kinds}
+    return fields

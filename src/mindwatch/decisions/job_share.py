@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..anomaly import PEER_STOP, REPLICA_MISMATCH, SIGNAL_STOP, Anomaly
 from ..basics.rank_set import rank_set
+from ..events import job_origin
 from ..framework import FrameworkHooks
 from ..policy import Policy
 from ..records import Anomaly as Record
@@ -149,23 +150,38 @@ class JobShare:
         the ranks that found it, a rank set), ``ranks`` (all of them) and the origin rank
         with its host and device (the rank a gradient anomaly came from, the rank a peer
         stop follows, else the one rank that found anything; null when several)."""
-        ranks_of = {kind: {int(r) for r in ranks} for kind, ranks in self.by_kind(step).items()}
-        for anomaly in own:
-            if anomaly.kind != PEER_STOP:
-                ranks_of.setdefault(anomaly.kind, set()).add(self.rank)
-            elif anomaly.origin is not None:       # a signal or a user's stop is no kind
-                ranks_of.setdefault(anomaly.origin[1], set()).add(anomaly.origin[0])
+        ranks_of = found_ranks(self.by_kind(step), own, self.rank, stops=True)
         every: set[int] = set().union(*ranks_of.values())
-        origin = next((a.origin_rank for a in own if a.origin_rank is not None), None)
-        if origin is None:
-            origin = next((a.origin[0] for a in own if a.origin is not None), None)
-        if origin is None and len(every) == 1:
-            origin = next(iter(every))
+        origin = job_origin(named_origin(own), every)
         host, device = self.scope.places.get(origin, (None, None)) if origin is not None \
             else (None, None)
         return {RANKS: rank_set(every), BY_KIND: {k: rank_set(r) for k, r in ranks_of.items()},
                 Record.ORIGIN_RANK: origin, Record.ORIGIN_HOST: host,
                 Record.ORIGIN_DEVICE: device}
+
+
+def found_ranks(by_kind: Mapping[str, Sequence[int] | np.ndarray], own: Sequence[Anomaly],
+                rank: int, *, stops: bool
+                ) -> dict[str, set[int]]:
+    """Each kind found at a step -> the ranks that found it: ``by_kind`` (the exchange's),
+    and ``own``, this ``rank``'s anomalies. A ``peer_stop`` is this rank following another,
+    no kind of its own; ``stops``: its reason counts as the followed rank's kind (a signal,
+    a user's stop), as a report tells it."""
+    ranks_of = {kind: {int(r) for r in ranks} for kind, ranks in by_kind.items() if len(ranks)}
+    for anomaly in own:
+        if anomaly.kind != PEER_STOP:
+            ranks_of.setdefault(anomaly.kind, set()).add(rank)
+        elif stops and anomaly.origin is not None:
+            ranks_of.setdefault(anomaly.origin[1], set()).add(anomaly.origin[0])
+    return ranks_of
+
+
+def named_origin(own: Sequence[Anomaly]) -> int | None:
+    """The rank ``own``'s anomalies name as the origin: a gradient anomaly's attribution,
+    else the rank a peer stop follows (``events.job_origin``)."""
+    origin = next((a.origin_rank for a in own if a.origin_rank is not None), None)
+    return origin if origin is not None else \
+        next((a.origin[0] for a in own if a.origin is not None), None)
 
 
 def left_note(anomaly: Anomaly) -> str:

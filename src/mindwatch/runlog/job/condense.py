@@ -20,10 +20,10 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...anomaly import ANOMALY_KINDS, HANG, PEER_STOP
+from ...anomaly import HANG, PEER_STOP
 from ...basics.rank_set import rank_set
-from ...events import group
-from ...job_schema import Event, JobHang, JobRanks, bin_steps
+from ...events import group, job_event
+from ...job_schema import JobHang, JobRanks, bin_steps
 from ...records import Anomaly, Common, Step
 from ..lines import Record
 from .columns import BINNED, floats
@@ -201,7 +201,6 @@ def _hang(segment: int, step: Any, found: list[Record]) -> Record:
 def _event(segment: int, step: Any, found: list[Record],
            places: dict[int, tuple[str | None, int | None]]) -> Record:
     ranks_of: dict[str, set[int]] = {}
-    origin: int | None = None
     for record in found:
         rank = record.get(Common.RANK)
         kind = str(record.get(Anomaly.ANOMALY))
@@ -211,22 +210,15 @@ def _event(segment: int, step: Any, found: list[Record],
                 ranks_of.setdefault(peer.group(2), set()).add(int(peer.group(1)))
         elif isinstance(rank, int):
             ranks_of.setdefault(kind, set()).add(rank)
-    kinds = sorted(ranks_of, key=lambda k: ANOMALY_KINDS.index(k)
-                   if k in ANOMALY_KINDS else len(ANOMALY_KINDS))
-    every = set().union(*ranks_of.values()) if ranks_of else set()
-    named = [r for r in found if isinstance(r.get(Anomaly.ORIGIN_RANK), int)]
-    place: tuple[Any, Any] = (None, None)
-    if named:
-        origin = named[0][Anomaly.ORIGIN_RANK]
-        place = (named[0].get(Anomaly.ORIGIN_HOST), named[0].get(Anomaly.ORIGIN_DEVICE))
+    named = next((r for r in found if isinstance(r.get(Anomaly.ORIGIN_RANK), int)), None)
+    if named is not None:
+        origin = named[Anomaly.ORIGIN_RANK]
+        place = (named.get(Anomaly.ORIGIN_HOST), named.get(Anomaly.ORIGIN_DEVICE))
     else:
         peers = [_PEER.search(str(r.get(Anomaly.MESSAGE) or "")) for r in found
                  if r.get(Anomaly.ANOMALY) == PEER_STOP]
         origin = next((int(p.group(1)) for p in peers if p is not None), None)
-        if origin is None and len(every) == 1:
-            origin = next(iter(every))
-    if origin is not None and place == (None, None):
-        place = places.get(origin, (None, None))
+        place = (None, None)
     # rank 0's decision is the job's (the lowest rank's, when rank 0's log has none here)
     lowest = min((int(r[Common.RANK]) for r in found if isinstance(r.get(Common.RANK), int)),
                  default=None)
@@ -234,22 +226,13 @@ def _event(segment: int, step: Any, found: list[Record],
     lead = group(own)[0] if own else None
     first = next((r for r in own if r.get(Anomaly.ANOMALY) != PEER_STOP),
                  own[0] if own else None)
-    event: Record = {
-        Common.KIND: "event", Event.STEP: step, Event.KINDS: kinds,
-        Event.RANKS: rank_set(every), Event.RANK_COUNT: len(every), Event.ORIGIN_RANK: origin,
-        Event.ORIGIN_HOST: place[0], Event.ORIGIN_DEVICE: place[1],
-        Event.ACTIONS: (lead.actions if lead is not None else []) or ["warn"],
-        Event.MESSAGE: first.get(Anomaly.MESSAGE) if first is not None else
-        f"{', '.join(kinds)} on rank(s) {rank_set(every)}",
-        Event.REPORT: next((r.get(Anomaly.REPORT) for r in own if r.get(Anomaly.REPORT)), None),
-        Event.CHECKPOINT: next((r.get(Anomaly.CHECKPOINT) for r in own
-                                if r.get(Anomaly.CHECKPOINT)), None),
-        "segment": segment}
-    verdict = next((r.get(Anomaly.REPLAY_VERDICT) for r in own
-                    if r.get(Anomaly.REPLAY_VERDICT)), None)
-    if verdict is not None:
-        event[Event.REPLAY_VERDICT] = verdict
-    if len(kinds) > 1:
-        event[Event.BY_KIND] = {kind: rank_set(ranks_of[kind]) for kind in kinds}
-    return event
-
+    fields = job_event(
+        step, ranks_of, named=origin, place=place, places=places,
+        actions=lead.actions if lead is not None else [],
+        message=first.get(Anomaly.MESSAGE) if first is not None else None,
+        report=next((r.get(Anomaly.REPORT) for r in own if r.get(Anomaly.REPORT)), None),
+        checkpoint=next((r.get(Anomaly.CHECKPOINT) for r in own
+                         if r.get(Anomaly.CHECKPOINT)), None),
+        verdict=next((r.get(Anomaly.REPLAY_VERDICT) for r in own
+                      if r.get(Anomaly.REPLAY_VERDICT)), None))
+    return {Common.KIND: "event", **fields, "segment": segment}
