@@ -3,6 +3,7 @@ line that names the ranks of a job of thousands names them in a few characters."
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 
 def _runs(ranks: Iterable[int]) -> Iterator[tuple[int, int]]:
@@ -54,3 +55,12 @@ def parse_rank_set(text: str) -> list[int]:
                              "non-negative ranks")
         ranks.extend(range(start, end + 1))
     return sorted(set(ranks))
+
+
+def ranks_in(value: Any) -> list[int]:
+    """The ranks of a record's rank set (``parse_rank_set``); none for null or a value that
+    is not one: a log is data, and a view reads what it can."""
+    try:
+        return parse_rank_set(str(value)) if value else []
+    except ValueError:
+        return []

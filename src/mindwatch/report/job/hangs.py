@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import records
 from ...anomaly import HANG
-from ...basics.rank_set import parse_rank_set, rank_set
+from ...basics.rank_set import rank_set, ranks_in
 from ...job_schema import Event, JobEnd, JobHang
 from ...records import Anomaly, Common, End
 from ...runlog.job.condense import HANG_RECORDS
@@ -20,14 +20,6 @@ if TYPE_CHECKING:
 _RECORD_KEYS = (Common.KIND, Common.RANK, Common.TIME, HANG_RECORDS)
 _HANG_FIELDS = (Common.RANK, Anomaly.STEP, Anomaly.VALUE, Anomaly.WHERE)
 SHOWN_HANGS = 3              # ranks of a hang told with where they waited
-
-
-def rank_list(text: Any) -> list[int]:
-    """The ranks of a rank set's text; none for null or a text that is not one."""
-    try:
-        return parse_rank_set(str(text)) if text else []
-    except ValueError:
-        return []
 
 
 def hangs_of(view: JobView) -> list[dict[str, Any]]:
@@ -46,7 +38,7 @@ def hangs_of(view: JobView) -> list[dict[str, Any]]:
     if view.source != JOB_LOG:
         return found
     for entry in found:
-        entry["records"] = _records_of(view, rank_list(entry.get(JobHang.WAITING_FOR)),
+        entry["records"] = _records_of(view, ranks_in(entry.get(JobHang.WAITING_FOR)),
                                        entry.get(JobHang.STEP))
     told = {h.get(JobHang.STEP) for h in found}
     for event in view.events:
@@ -54,7 +46,7 @@ def hangs_of(view: JobView) -> list[dict[str, Any]]:
                 and event.get(SEGMENT, view.segments) == view.segments:
             found.append({JobHang.STEP: event.get(Event.STEP), JobHang.WAITING_FOR: None,
                           JobHang.MESSAGE: None, "ranks": event.get(Event.RANKS),
-                          "records": _records_of(view, rank_list(event.get(Event.RANKS)),
+                          "records": _records_of(view, ranks_in(event.get(Event.RANKS)),
                                                  event.get(Event.STEP))})
     return found or _searched(view)
 
@@ -108,5 +100,5 @@ def _searched(view: JobView) -> list[dict[str, Any]]:
 def hung_ranks(hangs: list[dict[str, Any]]) -> list[int]:
     ranks: set[int] = set()
     for hang in hangs:
-        ranks.update(rank_list(hang.get(JobHang.WAITING_FOR) or hang.get("ranks")))
+        ranks.update(ranks_in(hang.get(JobHang.WAITING_FOR) or hang.get("ranks")))
     return sorted(ranks)

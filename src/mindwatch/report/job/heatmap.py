@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...basics import format as fmt
-from ...basics.rank_set import parse_rank_set
+from ...basics.rank_set import ranks_in
 from ...job_schema import Event, JobRanks
 from ...runlog.job.view import JobView
 from ..heatmaps import INF, MAX_COLUMNS, MAX_MARKS, NAN, NO_DATA, NOT_POSITIVE, TOP
@@ -144,10 +144,7 @@ def _few_ranks(ranks: Any, count: Any) -> list[int]:
     """The ranks of a rank set that names at most ``MAX_MARKED_RANKS``; else none."""
     if not isinstance(ranks, str) or not isinstance(count, int) or count > MAX_MARKED_RANKS:
         return []
-    try:
-        return parse_rank_set(ranks)
-    except ValueError:
-        return []
+    return ranks_in(ranks)
 
 
 def rank_heatmap(view: JobView, name: str, title: str, note: str,

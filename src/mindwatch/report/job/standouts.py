@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from ...anomaly import STRAGGLER
 from ...basics import format as fmt
-from ...basics.rank_set import parse_rank_set
+from ...basics.rank_set import ranks_in
 from ...job_schema import Event, JobStep
+from ...runlog.job.columns import SEGMENT
 
 if TYPE_CHECKING:
     from ...runlog.job.view import JobView, SpreadColumns
@@ -122,17 +123,13 @@ def _stragglers(view: JobView) -> list[dict[str, Any]]:
     counts: Counter[int] = Counter()
     for event in view.events:
         if STRAGGLER not in (event.get(Event.KINDS) or ()) or \
-                event.get("segment", view.segments) != view.segments:
+                event.get(SEGMENT, view.segments) != view.segments:
             continue
         origin = event.get(Event.ORIGIN_RANK)
         if isinstance(origin, int):
             counts[origin] += 1
             continue
-        try:
-            ranks = parse_rank_set(str(event.get(Event.RANKS) or ""))
-        except ValueError:
-            continue
-        counts.update(ranks)
+        counts.update(ranks_in(event.get(Event.RANKS)))
     return [{"rank": rank, "what": STRAGGLERS, "events": count,
              "text": f"a straggler ({fmt.count(count, 'event')})"}
             for rank, count in counts.most_common(3)]

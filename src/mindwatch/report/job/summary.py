@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from ... import records
 from ...basics import format as fmt
-from ...basics.rank_set import rank_list_text
+from ...basics.rank_set import rank_list_text, ranks_in
 from ...job_schema import Event, JobHang
 from ...records import Common, End
 from ...runlog.job.condense import HANG_RECORDS
 from ...runlog.job.view import JOB_LOG, SEGMENT
 from ..watched import NO_VALUES, NOT_WATCHED
-from .hangs import hangs_of, hung_ranks, rank_list
+from .hangs import hangs_of, hung_ranks
 from .standouts import standouts
 
 if TYPE_CHECKING:
@@ -41,12 +41,10 @@ JOB = "job"
 _RECORD_KEYS = (Common.KIND, Common.RANK, Common.TIME, HANG_RECORDS)
 
 
-# the ranks' text for people: "0, 1" or "0-7, 13", cut with the count of ranks
-ranks_text = rank_list_text
 
 
 def rank_word(ranks: list[int]) -> str:
-    return f"RANK{'S' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
+    return f"RANK{'S' if len(ranks) > 1 else ''} {rank_list_text(ranks)}"
 
 
 def place_of(rank: int, host: Any = None, device: Any = None) -> str:
@@ -68,7 +66,7 @@ def event_text(event: dict[str, Any], world_size: int,
     ``places``), the replay's verdict, what every rank did; an event of an earlier of the
     job's ``segments`` says which."""
     origin = event.get(Event.ORIGIN_RANK)
-    ranks = rank_list(event.get(Event.RANKS))
+    ranks = ranks_in(event.get(Event.RANKS))
     count = event.get(Event.RANK_COUNT) or len(ranks)
     if isinstance(origin, int):
         host, device = event.get(Event.ORIGIN_HOST), event.get(Event.ORIGIN_DEVICE)
@@ -78,7 +76,7 @@ def event_text(event: dict[str, Any], world_size: int,
         if count > 1:
             where += f", found on {fmt.count(count, 'rank')}"
     elif ranks:
-        where = f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks, 40)}"
+        where = f"rank{'s' if len(ranks) > 1 else ''} {rank_list_text(ranks, 40)}"
     else:
         where = "an unknown rank"
     actions = [str(a) for a in event.get(Event.ACTIONS) or ["warn"]]

@@ -19,12 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...basics import format as fmt
+from ...basics.rank_set import rank_list_text, ranks_in
 from ...records import Common
 from ...runlog.goodput import goodput_text
 from ..summary import GOODPUT, hang_text, skipped_note
-from .hangs import SHOWN_HANGS, rank_list
+from .hangs import SHOWN_HANGS
 from .standouts import by_host
-from .summary import JOB, place_of, ranks_text
+from .summary import JOB, place_of
 
 SHOWN_EVENTS = 8            # lines of events, the line that counts the others included
 FIRST_EVENTS = 3            # of which the first events; the rest the latest
@@ -103,19 +104,15 @@ def _hung(hangs: list[dict[str, Any]]) -> str:
             told = "; ".join(hang_text(record) for record in shown[:SHOWN_HANGS])
             count = hang.get("ranks", "")
             parts.append(told + (f"; and the other ranks of {count}" if
-                                 len(_ranks(count)) > len(shown[:SHOWN_HANGS]) else "")
+                                 len(ranks_in(count)) > len(shown[:SHOWN_HANGS]) else "")
                          + (f" ({hang['searched']})" if hang.get("searched") else ""))
         else:
-            waiting = _ranks(hang.get("waiting_for"))
+            waiting = ranks_in(hang.get("waiting_for"))
             parts.append(f"after step {hang.get('step')}"
                          + (f", waiting for rank{'s' if len(waiting) > 1 else ''} "
-                            f"{ranks_text(waiting)}" if waiting else "")
+                            f"{rank_list_text(waiting)}" if waiting else "")
                          + (f": {hang.get('message')}" if hang.get("message") else ""))
     return "; ".join(parts)
-
-
-def _ranks(text: Any) -> list[int]:
-    return rank_list(text)
 
 
 def _silent(silent: list[dict[str, Any]]) -> str:
@@ -130,6 +127,6 @@ def _silent(silent: list[dict[str, Any]]) -> str:
             parts.append(f"{place_of(entries[0][Common.RANK], entries[0]['host'])}: {why}")
         else:
             ranks = [e[Common.RANK] for e in entries]
-            parts.append(f"ranks {ranks_text(ranks, 40)} ({len(ranks)} ranks): {why}")
+            parts.append(f"ranks {rank_list_text(ranks, 40)} ({len(ranks)} ranks): {why}")
     rest = sum(len(entries) for entries in list(groups.values())[SHOWN_SILENT:])
     return "; ".join(parts) + (f"; and {fmt.count(rest, 'other rank')}" if rest else "")

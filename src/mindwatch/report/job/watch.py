@@ -16,11 +16,12 @@ from rich.text import Text
 
 from ... import records
 from ...basics import format as fmt
+from ...basics.rank_set import rank_list_text
 from ...records import End, Run, Step
 from ..summary import skipped_note
 from ..watch_state import JobState
 from .hangs import hung_ranks
-from .summary import event_text, place_of, ranks_text
+from .summary import event_text, place_of
 
 # The spreads of a job step the view shows, with how each value reads.
 _SPREADS = (("step time", "step_time_s", fmt.duration), ("data time", "data_time_s", fmt.duration),
@@ -81,7 +82,7 @@ def render_job(state: JobState, *, elapsed_s: float | None = None, final: bool =
     hung = hung_ranks(state.hangs)
     if state.hangs:
         parts.append(Text(f"hung after step {state.hangs[-1].get(Step.STEP)}"
-                          + (f", waiting for ranks {ranks_text(hung)}" if hung else ""),
+                          + (f", waiting for ranks {rank_list_text(hung)}" if hung else ""),
                           style="bold red"))
     if state.skipped[0]:
         parts.append(Text(f"job log: {skipped_note(*state.skipped)} (torn or not job-log "

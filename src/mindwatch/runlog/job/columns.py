@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 SPREADS = (JobStep.STEP_TIME_S, JobStep.DATA_TIME_S, JobStep.LOCAL_GRAD_NORM,
            JobStep.MEMORY_MB)
+# the view's own key in each event, hang and end record: its segment, 1, 2, ...
+SEGMENT = "segment"
 SPREAD_FIELDS = (Spread.MIN, Spread.MEDIAN, Spread.MAX, Spread.MIN_RANK, Spread.MAX_RANK)
 BINNED = (JobRanks.STEP_TIME_S, JobRanks.DATA_TIME_S, JobRanks.LOCAL_GRAD_NORM,
           JobRanks.MEMORY_MB)

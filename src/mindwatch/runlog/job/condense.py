@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from ...anomaly import HANG, PEER_STOP
 from ...basics.rank_set import rank_set
 from ...events import group, job_event
-from ...job_schema import JobHang, JobRanks, bin_steps
+from ...job_schema import EVENT, JOB_RANKS, JobHang, JobRanks, bin_steps
+from ...job_schema import HANG as HANG_KIND
 from ...records import Anomaly, Common, Step
 from ..lines import Record
-from .columns import BINNED, floats
+from .columns import BINNED, SEGMENT, floats
 
 if TYPE_CHECKING:
     import numpy as np
@@ -166,7 +167,7 @@ def _bin(first: int, last: int, times: np.ndarray) -> Record:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(times, axis=1) if times.shape[1] else np.full(len(times), np.nan)
-    record: Record = {Common.KIND: "job_ranks", JobRanks.STEP_FROM: first,
+    record: Record = {Common.KIND: JOB_RANKS, JobRanks.STEP_FROM: first,
                       JobRanks.STEP: last}
     for name in BINNED:
         record[name] = mean if name == JobRanks.STEP_TIME_S else None
@@ -192,10 +193,10 @@ def events_and_hangs(anomalies: Sequence[tuple[int, int, Record]],
 
 def _hang(segment: int, step: Any, found: list[Record]) -> Record:
     ranks = sorted({int(r[Common.RANK]) for r in found if isinstance(r.get(Common.RANK), int)})
-    return {Common.KIND: "hang", JobHang.STEP: step, JobHang.WAITING_FOR: None,
+    return {Common.KIND: HANG_KIND, JobHang.STEP: step, JobHang.WAITING_FOR: None,
             JobHang.MESSAGE: found[0].get(Anomaly.MESSAGE), "ranks": rank_set(ranks),
             HANG_RECORDS: sorted(found, key=lambda r: r.get(Common.RANK) or 0)[:SHOWN_HANGS],
-            "segment": segment}
+            SEGMENT: segment}
 
 
 def _event(segment: int, step: Any, found: list[Record],
@@ -235,4 +236,4 @@ def _event(segment: int, step: Any, found: list[Record],
                          if r.get(Anomaly.CHECKPOINT)), None),
         verdict=next((r.get(Anomaly.REPLAY_VERDICT) for r in own
                       if r.get(Anomaly.REPLAY_VERDICT)), None))
-    return {Common.KIND: "event", **fields, "segment": segment}
+    return {Common.KIND: EVENT, **fields, SEGMENT: segment}

@@ -21,6 +21,8 @@ from typing import Any
 
 from ... import records
 from ...job_schema import (
+    EVENT,
+    HANG,
     JOB_RANKS,
     JOB_SCHEMAS,
     JOB_STEP,
@@ -33,7 +35,7 @@ from ...job_schema import (
 from ...records import Common
 from .. import fast
 from ..lines import MAX_LINE_BYTES, LineDecoder, Record, RunLogError
-from .columns import SPREADS, bin_arrays, step_columns
+from .columns import SEGMENT, SPREADS, bin_arrays, step_columns
 
 CHUNK_BYTES = 16 * 2**20
 _BINS_PREFIX = b'{"kind":"job_ranks",'
@@ -270,12 +272,12 @@ def _collect(decoder: JobDecoder, parts: JobParts, chunks: dict[str, list[Any]])
             parts.segment_starts.append(before + at)
             parts.ended = False
         elif kind == records.END:
-            parts.ends.append({**record, "segment": segment})
+            parts.ends.append({**record, SEGMENT: segment})
             parts.ended = True
         elif kind in JOB_SCHEMAS and kind != JOB_STEP:
-            target = {"event": parts.events, "hang": parts.hangs}.get(kind)
+            target = {EVENT: parts.events, HANG: parts.hangs}.get(kind)
             if target is not None:
-                target.append({**record, "segment": segment})
+                target.append({**record, SEGMENT: segment})
             else:
                 parts.bins.append(bin_arrays(record))
     decoder.others = []

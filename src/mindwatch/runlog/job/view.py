@@ -19,15 +19,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...basics.rank_set import parse_rank_set
+from ...basics.rank_set import ranks_in
 from ...basics.run_dir import rank_logs
-from ...job_schema import JOB_FILE, JobHang, JobRun, JobStep, Place
+from ...job_schema import JOB_FILE, JobHang, JobRanks, JobRun, JobStep, Place
 from ...records import Run
 from ..lines import Record, RunLogError
 from ..reader import RankLog, RunLog
 from ..scan import RankScan
 from . import silent_ranks
-from .columns import SPREAD_FIELDS, SPREADS
+from .columns import SEGMENT, SPREAD_FIELDS, SPREADS
 from .ranks import rank_log, read_ranks
 from .read import read_parts
 
@@ -35,8 +35,7 @@ from .read import read_parts
 __all__ = ["JOB_LOG", "RANK_LOGS", "SEGMENT", "JobView", "SpreadColumns", "condense",
            "places_of", "rank_log", "read_job", "read_ranks"]
 
-JOB_LOG, RANK_LOGS = "job.jsonl", "rank logs"
-SEGMENT = "segment"          # the view's own key in each event, hang and end: 1, 2, ...
+JOB_LOG, RANK_LOGS = JOB_FILE, "rank logs"    # a view's source
 
 
 @dataclass
@@ -97,10 +96,7 @@ def places_of(run: Record | None) -> dict[int, tuple[str | None, int | None]]:
     for entry in (run or {}).get(JobRun.HOSTS) or ():
         if not isinstance(entry, dict):
             continue
-        try:
-            ranks = parse_rank_set(str(entry.get(Place.RANKS) or ""))
-        except ValueError:
-            continue
+        ranks = ranks_in(entry.get(Place.RANKS))
         devices = entry.get(Place.DEVICES)
         devices = devices if isinstance(devices, list) else []
         for index, rank in enumerate(ranks):
@@ -157,7 +153,8 @@ def _bin_data_times(bins: list[Record], world_size: int) -> Any:
         values = record.get(JobStep.DATA_TIME_S)
         if values is None or len(values) != world_size:
             continue
-        span = max(1, int(record.get("step", 0)) - int(record.get("step_from", 0)) + 1)
+        span = max(1, int(record.get(JobRanks.STEP, 0))
+                   - int(record.get(JobRanks.STEP_FROM, 0)) + 1)
         known = np.isfinite(values)
         total += np.where(known, values, 0.0) * span
         seen |= known
@@ -169,19 +166,12 @@ def _job_silent(view: JobView) -> dict[int, str]:
     silent = silent_ranks.empty_logs(view.directory)
     for hang in view.hangs:
         if hang.get(SEGMENT) == view.segments:
-            for rank in _rank_set(hang.get(JobHang.WAITING_FOR)):
+            for rank in ranks_in(hang.get(JobHang.WAITING_FOR)):
                 silent.setdefault(rank, silent_ranks.last_seen(hang.get(JobHang.STEP), None))
     tails = {rank: found for rank, path in rank_logs(view.directory)
              if rank not in silent and (found := silent_ranks.tail(path)) is not None}
     silent.update(silent_ranks.quiet(tails, job_ended=view.latest_end is not None))
     return dict(sorted(silent.items()))
-
-
-def _rank_set(text: Any) -> list[int]:
-    try:
-        return parse_rank_set(str(text)) if text else []
-    except ValueError:
-        return []
 
 
 def condense(run: RunLog) -> JobView:
