@@ -184,6 +184,7 @@ def test_watch_shows_the_spread_of_the_latest_step(job):
 
 def test_the_job_follower_holds_a_torn_line_and_reads_a_long_log_from_its_tail(
         job, tmp_path, monkeypatch):
+    from mindwatch.runlog import follower as rank_follower
     from mindwatch.runlog.job import follow as job_follow
 
     lines = (job / "job.jsonl").read_bytes().splitlines(keepends=True)
@@ -198,7 +199,7 @@ def test_the_job_follower_holds_a_torn_line_and_reads_a_long_log_from_its_tail(
     later = follower.poll()
     assert later[0]["step"] == 5 and later[-1]["kind"] == "end"     # the torn line, whole
     # a log longer than the tail: its run and event records, then the tail's steps
-    monkeypatch.setattr(job_follow, "TAIL_BYTES", 2000)
+    monkeypatch.setattr(rank_follower, "TAIL_BYTES", 2000)      # the tail both follow
     first = job_follow.JobFollower(str(job)).poll()
     kinds = [r["kind"] for r in first]
     assert kinds[0] == "run" and "event" in kinds and kinds[-1] == "end"

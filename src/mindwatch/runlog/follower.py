@@ -26,6 +26,17 @@ TAIL_BYTES = 2**20       # ~3,000 step records: the latest of everything the vie
 KEEP_STEPS = 16          # steps of the history the view keeps (its sparkline)
 
 
+def tail_start(handle: BinaryIO, size: int) -> int | None:
+    """Where a log of ``size`` bytes is followed from: the first line of its last
+    ``TAIL_BYTES``; None to read it from its start (a small log, or one line longer than the
+    tail)."""
+    if size <= TAIL_BYTES:
+        return None
+    handle.seek(size - TAIL_BYTES)
+    cut = handle.read(TAIL_BYTES).find(b"\n")
+    return None if cut < 0 else size - TAIL_BYTES + cut + 1
+
+
 class _Tail:
     def __init__(self, path: str):
         self.path = path
@@ -37,13 +48,10 @@ class _Tail:
     def start(self, handle: BinaryIO, size: int) -> None:
         """Where to read from, the first time: the start, or the first line of the tail."""
         self.offset, self.decoder, self.history = 0, LineDecoder(self.path), None
-        if size <= TAIL_BYTES:
+        start = tail_start(handle, size)
+        if start is None:
             return
-        handle.seek(size - TAIL_BYTES)
-        cut = handle.read(TAIL_BYTES).find(b"\n")
-        if cut < 0:          # one line longer than the tail: read it all, as a small log
-            return
-        self.offset = size - TAIL_BYTES + cut + 1
+        self.offset = start
         self.decoder = LineDecoder(self.path, at_start=False)
         self.history = History(self.path, self.offset, KEEP_STEPS)
 

@@ -2,11 +2,11 @@
 
 One file, whatever the number of ranks: ``poll`` returns the whole new records (a line
 without its newline yet is kept back; a bad line is skipped and counted, as the reader does:
-read.py's ``JobDecoder``). A job log over ``TAIL_BYTES`` is read from the first line of
-its last ``TAIL_BYTES`` (some 2,000 steps: the latest step and losses), after the rare
-records before it (``run``, ``event``, ``hang``, ``end``: the job's places, every event),
-found by their first bytes: the ``job_step`` and ``job_ranks`` lines before the tail are
-neither decoded nor kept.
+read.py's ``JobDecoder``). A job log over follower.py's ``TAIL_BYTES`` is read from the first
+line of its last ``TAIL_BYTES`` (``tail_start``; some 2,000 steps: the latest step and
+losses), after the rare records before it (``run``, ``event``, ``hang``, ``end``: the job's
+places, every event), found by their first bytes: the ``job_step`` and ``job_ranks`` lines
+before the tail are neither decoded nor kept.
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import os
 from stat import S_ISREG
 
 from ...job_schema import JOB_FILE
+from ..follower import tail_start
 from ..lines import Record, RunLogError
 from ..reader import CHUNK_BYTES
 from .read import JobDecoder
 
-TAIL_BYTES = 2**20
 _SKIPPED = (b'{"kind":"job_step",', b'{"kind":"job_ranks",')
 
 
@@ -64,13 +64,9 @@ class JobFollower:
 
     def _start(self, handle, size: int) -> list[Record]:
         self.offset, self.decoder = 0, JobDecoder(self.path, bins=False)
-        if size <= TAIL_BYTES:
+        start = tail_start(handle, size)
+        if start is None:
             return []
-        handle.seek(size - TAIL_BYTES)
-        cut = handle.read(TAIL_BYTES).find(b"\n")
-        if cut < 0:
-            return []
-        start = size - TAIL_BYTES + cut + 1
         found = self._rare(handle, start)
         self.offset = start
         return found
