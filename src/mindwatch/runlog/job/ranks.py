@@ -5,22 +5,19 @@ a log with no record is a silent rank rather than an error, or one a view names
 from __future__ import annotations
 
 import os
+from functools import partial
 
-from ..reader import RankLog, RunLog, read_rank_log
+from ...basics.run_dir import rank_log_path, rank_logs
+from ..parallel import read_logs
+from ..reader import NONE, RankLog, RunLog, read_rank_log, read_run
 from . import silent_ranks
 
 
 def rank_log(directory: str, rank: int) -> RankLog | None:
     """The log of one rank a view names (None when it has none, or no record); raises
     RunLogError when it is not a run log."""
-    from ...basics.run_dir import rank_log_path
-
     path = rank_log_path(directory, rank)
-    try:
-        size = os.stat(path).st_size
-    except OSError:
-        return None
-    if silent_ranks.recordless(path, size):
+    if not os.path.exists(path) or silent_ranks.recordless(path):
         return None
     return read_rank_log(path, rank, states=False, charts=False)
 
@@ -30,17 +27,10 @@ def read_ranks(directory: str, *, charts: bool = False) -> RunLog:
     that in a directory of several rank logs one that holds no record (empty, or a torn
     first line) is a ``RankLog`` without records, a silent rank, instead of an error. Alone,
     such a log is still the error it always was."""
-    from functools import partial
-
-    from ...basics.run_dir import rank_logs
-    from ..parallel import read_logs
-    from ..reader import read_run
-
     ranked = rank_logs(directory) if os.path.isdir(directory) else []
-    sizes = {rank: _size(path) for rank, path in ranked}
-    empty = {rank for rank, path in ranked if silent_ranks.recordless(path, sizes[rank])}
+    empty = {rank for rank, path in ranked if silent_ranks.recordless(path)}
     if len(ranked) < 2 or not empty or len(empty) == len(ranked):
-        return read_run(directory, states="none", charts=charts)
+        return read_run(directory, states=NONE, charts=charts)
     readable = [(rank, path) for rank, path in ranked if rank not in empty]
     logs = read_logs(readable, partial(read_rank_log, charts=charts), [False] * len(readable))
     by_rank = {log.rank: log for log in logs}
@@ -48,9 +38,3 @@ def read_ranks(directory: str, *, charts: bool = False) -> RunLog:
         by_rank[rank] if rank in by_rank else RankLog(rank, path, records=[])
         for rank, path in ranked])
 
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return -1

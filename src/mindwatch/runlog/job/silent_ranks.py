@@ -40,31 +40,25 @@ def last_seen(step: int | None, at: float | None) -> str:
     return where + (f", {time.strftime('%H:%M:%S', time.localtime(at))}" if at else "")
 
 
-def recordless(path: str, size: int) -> bool:
-    """Whether the rank log at ``path`` (``size`` bytes) holds no complete line."""
-    if size == 0:
-        return True
-    if size > _SMALL:
-        return False
+def recordless(path: str) -> bool:
+    """Whether the rank log at ``path`` holds no complete line (False when it cannot be
+    read: its reader says why, when it is read)."""
     try:
+        size = os.stat(path).st_size
+        if size == 0:
+            return True
+        if size > _SMALL:
+            return False
         with open(path, "rb") as handle:
             data = handle.read(_SMALL + 1)
     except OSError:
-        return False            # its reader says why, when it is read
+        return False
     return b"\n" not in data.rstrip(b" \t\r") if data.strip() else True
 
 
 def empty_logs(directory: str) -> dict[int, str]:
     """Rank -> NO_RECORD for each rank log of ``directory`` that holds no record."""
-    found: dict[int, str] = {}
-    for rank, path in rank_logs(directory):
-        try:
-            size = os.stat(path).st_size
-        except OSError:
-            continue
-        if recordless(path, size):
-            found[rank] = NO_RECORD
-    return found
+    return {rank: NO_RECORD for rank, path in rank_logs(directory) if recordless(path)}
 
 
 def tail(path: str) -> Tail | None:
