@@ -12,6 +12,17 @@ if TYPE_CHECKING:
     import numpy as np
 
 
+def short_row_medians(np: Any, values: np.ndarray) -> np.ndarray:
+    """Each row's median of a (rows, window) block of short rows (a rank's last 20 data
+    times), as statistics.median computes it: the middle value, or the two middle ones'
+    mean, in float64. A sort of each row: np.partition and np.median are slower on rows
+    this short (~1 ms at 16384 rows x 20, float32)."""
+    ordered = np.sort(values, axis=1)
+    mid = ordered.shape[1] // 2
+    middle = ordered[:, mid].astype(np.float64)
+    return middle if ordered.shape[1] % 2 else (ordered[:, mid - 1] + middle) / 2
+
+
 def medians(np: Any, block: np.ndarray) -> list[Any]:
     """``np.median`` of each row of ``block`` (fields, ranks) of finite values, exactly: np.mean
     of the middle one or two, in their dtype, as np.median takes them. Over many ranks they

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..basics.medians import short_row_medians
 from ..observation import StepObservation
 
 if TYPE_CHECKING:
@@ -168,7 +169,10 @@ class Pace:
         if self._peer_rows() >= 2 and self._peer_length() == len(self._steps):
             # the ring's columns of those steps (the i-th oldest of each rank's times)
             oldest = self._peer_count - len(self._steps)
-            peers = _row_medians(self._peers[:, [(oldest + i) % self.window for i in slow]])
+            import numpy as np
+
+            peers = short_row_medians(
+                np, self._peers[:, [(oldest + i) % self.window for i in slow]])
         return Slow(_median(self._steps[i] for i in slow),
                     _median(self._data[i] for i in slow), peers,
                     min(self._times[i] - self._steps[i] for i in slow),
@@ -179,7 +183,9 @@ class Pace:
         the windows are full (or on one rank)."""
         if self._peer_rows() < 2 or self._peer_length() < self.window:
             return None
-        return _row_medians(self._peers)        # the ring's column order does not matter
+        import numpy as np
+
+        return short_row_medians(np, self._peers)   # the ring's column order does not matter
 
     def _peer_rows(self) -> int:
         return 0 if self._peers is None else len(self._peers)
@@ -189,13 +195,3 @@ class Pace:
         return min(self._peer_count, self.window)
 
 
-def _row_medians(values: Any) -> Any:
-    """Each row's median, as ``_median`` computes it (the middle value, or the two middle
-    ones' mean, in float64): a sort of each row, ~1 ms at 16384 ranks x 20 steps (float32;
-    np.partition and np.median are slower on such short rows)."""
-    import numpy as np
-
-    ordered = np.sort(values, axis=1)
-    mid = ordered.shape[1] // 2
-    middle = ordered[:, mid].astype(np.float64)
-    return middle if ordered.shape[1] % 2 else (ordered[:, mid - 1] + middle) / 2

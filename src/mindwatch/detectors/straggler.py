@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..anomaly import STRAGGLER, Anomaly
-from ..basics.medians import SAMPLED_FROM, middles
+from ..basics.medians import SAMPLED_FROM, middles, short_row_medians
 from .base import Detector, Episode
 
 if TYPE_CHECKING:
@@ -100,10 +100,7 @@ class StragglerDetector(Detector):
             return []
         # Each rank's median over its window (the ring's column order does not matter), then
         # the median of the other ranks' medians: the values statistics.median gives.
-        ordered = np.sort(ring, axis=1)
-        mid = self.window // 2
-        middle = ordered[:, mid]
-        medians = middle if self.window % 2 else (ordered[:, mid - 1] + middle) / 2
+        medians = short_row_medians(np, ring)
         return self.judge(step, float(medians[self.rank]),
                           _median(np, np.delete(medians, self.rank)), step_time_s)
 
