@@ -39,18 +39,6 @@ SLOW_RANK, MEMORY_RANK = 2049, 3001     # most often slowest / most memory (scal
 EVENTS = 3
 
 
-def bin_ends(steps: int) -> list[tuple[int, int]]:
-    """(first, last) step of each bin, as job/rank_bins.py cuts a run of ``steps`` steps."""
-    from mindwatch.job_schema import bin_steps
-    bins, step = [], 1
-    while step <= steps:
-        span = bin_steps(step)
-        end = min(-(-step // span) * span, steps)
-        bins.append((step, end))
-        step = end + 1
-    return bins
-
-
 def _spread(low: float, low_rank: int, median: float, high: float, high_rank: int) -> str:
     return (f'{{"min":{low:.7g},"min_rank":{low_rank},"median":{median:.7g},'
             f'"max":{high:.7g},"max_rank":{high_rank}}}')
@@ -77,7 +65,9 @@ def write_job(directory: str, ranks: int, steps: int, seed: int = 0) -> list[int
     loss = 3.0 / (1 + np.arange(steps) / 20_000) + 0.01 * rng.random(steps)
     now = START + np.cumsum(step_time * 1.05)
     path = os.path.join(directory, "job.jsonl")
-    bins = bin_ends(steps)
+    from mindwatch.job_schema import bin_spans
+
+    bins = bin_spans(steps)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(run, separators=(",", ":")) + "\n")
         lines = []
@@ -191,7 +181,7 @@ def generate(directory: str, ranks: int, steps: int) -> list[int]:
 def child(directory: str) -> None:
     """One report as the command makes it, in this fresh process: prints JSON timings."""
     started = time.perf_counter()
-    from mindwatch.report import job_charts_page
+    from mindwatch.report.job import page as job_charts_page
     from mindwatch.report.job.charts import named_ranks
     from mindwatch.runlog.job.view import read_job
     imported = time.perf_counter()

@@ -40,7 +40,7 @@ import numpy as np
 
 from mindwatch import records
 from mindwatch.basics.rank_set import rank_set
-from mindwatch.job_schema import bin_steps
+from mindwatch.job_schema import bin_spans
 
 SUMMARY_GOAL_S = 2.0
 START = 1_700_000_000.0
@@ -112,7 +112,7 @@ def write_job(path: str, ranks: int, steps: int) -> int:
                *spread(STEP_S, 0.05, SLOW, 0.7), *spread(0.002, 0.5, DATA_HEAVY, 0.6),
                *spread(0.5, 0.2, 0, 0.0), *spread(60_000.0, 0.02, LARGEST, 1.0)]
     found = events(ranks, steps)
-    starts = _bins(steps)
+    starts = bin_spans(steps)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(records.encode(_run_record(ranks, steps)) + "\n")
         lines = []
@@ -148,17 +148,6 @@ def write_job(path: str, ranks: int, steps: int) -> int:
             "stopped_by": {"anomaly": "loss_nonfinite", "step": steps,
                            "rank": 3333 % ranks}}) + "\n")
     return os.path.getsize(path)
-
-
-def _bins(steps: int) -> list[tuple[int, int]]:
-    """(first, last) step of each heatmap bin, as job/rank_bins.py closes them."""
-    found, step = [], 1
-    while step <= steps:
-        span = bin_steps(step)
-        end = min(steps, -(-step // span) * span)
-        found.append((step, end))
-        step = end + 1
-    return found
 
 
 def _bin_line(rng: np.random.Generator, ranks: int, first: int, last: int,
@@ -253,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     size = write_job(os.path.join(job_dir, "job.jsonl"), args.ranks, args.steps)
     print(f"job.jsonl: {args.ranks} ranks x {args.steps} steps, {size / 2**20:.0f} MiB, "
           f"written in {time.perf_counter() - start:.1f} s")
-    from mindwatch.runlog import job_read
+    from mindwatch.runlog.job import read as job_read
     from mindwatch.runlog.job.view import read_job
     job_read._fast()                                 # msgspec's Structs, built once
     start = time.perf_counter()

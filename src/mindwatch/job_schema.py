@@ -116,5 +116,16 @@ def bin_steps(step: int) -> int:
     return 10 if step <= 100 else 100 if step <= 10_000 else 1000
 
 
+def bin_spans(steps: int) -> list[tuple[int, int]]:
+    """(first, last) step of each bin of a run of ``steps`` steps, one step each."""
+    found, step = [], 1
+    while step <= steps:
+        span = bin_steps(step)
+        end = min(steps, -(-step // span) * span)
+        found.append((step, end))
+        step = end + 1
+    return found
+
+
 JOB_SCHEMAS: dict[str, type[Fields]] = {
     cls.KIND: cls for cls in (JobStep, Event, JobHang, JobRanks)}
