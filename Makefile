@@ -99,9 +99,10 @@ test-torch: $(TORCH_VENV)/.installed
 test-scale: $(STAMP) $(TORCH_VENV)/.installed
 	@status=0; \
 	$(PY) -m pytest -p no:cacheprovider -m scale --durations=0 --durations-min=5 \
-	  tests/scale/test_msrun_scale.py $(PYTEST_ARGS) || status=1; \
+	  tests/scale/test_msrun_*.py tests/scale/test_slow_ranks.py $(PYTEST_ARGS) || status=1; \
 	$(TORCH_VENV)/bin/python -m pytest -p no:cacheprovider -m scale --durations=0 \
-	  --durations-min=5 tests/scale/test_torchrun_scale.py $(PYTEST_ARGS) || status=1; \
+	  --durations-min=5 tests/scale/test_torchrun_*.py tests/scale/test_slow_ranks.py \
+	  $(PYTEST_ARGS) || status=1; \
 	exit $$status
 
 lint: $(STAMP)

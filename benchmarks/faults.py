@@ -29,6 +29,10 @@ can be compared on the same run log. Scenarios inject a fault at step FAULT_STEP
     memory_growth   not a run of this table: leak_grid.py, at the default settings (real
                     runs of minutes, healthy and leaking 10 GB/min, and a grid of leak rates
                     from 10 GB/min to 1 GB/day, each found against the time it leaves)
+    slow_ranks      not a run of this table: the fleet rows (slow_ranks.py), a rank 20%
+                    slower in its compute or 30 ms late with its input among 8, 16 and 4096
+                    ranks, every rank's straggler rule simulated in one process: detection
+                    latency after the warm-up and false alarms over healthy runs
 
 State records every STATE_INTERVAL steps (the update_ratio rule reads them; the LM's runs
 watch every block's attention logits, for the attention_logit rule). For layer_lr_50x and
@@ -44,6 +48,7 @@ Detected = the rule fires within HORIZON steps from the fault; latency = first a
 fault step; false alarms = alarms in healthy runs plus alarms before the fault.
 
     python benchmarks/faults.py [--seeds 3] [--steps 200] [--only data_bound,memory_growth]
+    python benchmarks/faults.py --only slow_ranks          # the fleet rows alone
 
 What each policy makes of the same faults (final loss, steps lost): benchmarks/recovery.py.
 """
@@ -326,9 +331,13 @@ def main(argv=None) -> int:
     ahead = []  # AHEAD: (arch, scenario, seed, first alarm, its kind, divergence, step rules')
     chosen = None if args.only is None else {"healthy", *args.only.split(",")}
     leaks = chosen is None or "memory_growth" in chosen
+    fleet = chosen is None or "slow_ranks" in chosen
     if chosen == {"healthy", "memory_growth"}:           # the leak grid alone
         from leak_grid import main as leak_grid
         return leak_grid([])
+    if chosen == {"healthy", "slow_ranks"}:              # the fleet rows alone
+        from slow_ranks import main as slow_ranks
+        return slow_ranks([])
     for arch in ARCHITECTURES:
         for scenario in scenarios(arch):
             if chosen is not None and scenario not in chosen:
@@ -397,6 +406,10 @@ def main(argv=None) -> int:
         from leak_grid import main as leak_grid
         print("\nmemory_growth (leak_grid.py)")
         leak_grid([])
+    if fleet:
+        from slow_ranks import main as slow_ranks
+        print("\nslow ranks in a fleet (slow_ranks.py)")
+        slow_ranks([])
     return 0
 
 

@@ -81,11 +81,20 @@ class Event(Fields):
 
 
 class JobHang(Fields):
-    """A step that stalled: the rank(s) the job waits for (issue 44's part of the log)."""
+    """A step that stalled, answered from every rank's heartbeat (job/holders.py): the
+    rank(s) the job waits for, where each is, and where the others wait."""
     KIND = HANG
-    STEP = required(Step.STEP)
-    WAITING_FOR = required("waiting_for")      # a rank set
+    STEP = required(Step.STEP)                 # the last step the answering rank ended
+    WAITING_FOR = required("waiting_for")      # a rank set ("" when no rank is behind)
     MESSAGE = required(Anomaly.MESSAGE)
+    STALLED_S = optional("stalled_s")          # seconds without a step end on the answerer
+    ANSWERED_BY = optional("answered_by")      # the rank that answered (0 unless it is gone)
+    HOLDER_COUNT = optional("holder_count")
+    # the first 16 of them: {rank, host, device, state ("stuck", "exited", "silent",
+    # "absent"), phase, step, where, seen (its last heartbeat, Unix s), report, text}
+    HOLDERS = optional("holders")
+    WAITING = optional("waiting")              # [{ranks, count, text}], the largest first
+    UNSEEN = optional("unseen")                # ranks of hosts with no heartbeat file
 
 
 class JobRanks(Fields):

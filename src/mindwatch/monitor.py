@@ -50,6 +50,7 @@ from .ranks.replicas import ReplicaCheck
 from .records import End, Epoch, Notice, Run, Versions
 from .recovery.rewinding import RewindEvent, RewindGuard, RewindWish, require_snapshots
 from .recovery.skipping import SkipGuard, SkipLimits
+from .runlog.heartbeats import BEFORE_STEP, EVALUATING, EXCHANGE, IN_STEP, STARTUP_EXCHANGE
 from .settings import MonitorSettings
 from .sinks.base import Sink
 from .sinks.console import ConsoleSink
@@ -126,6 +127,8 @@ class Monitor:
         self.peers = Peers(rank=self.rank, world_size=self.world_size, policy=self.policy,
                            straggler_window=self.settings.straggler_window,
                            straggler_factor=self.settings.straggler_factor,
+                           straggler_work_factor=self.settings.straggler_work_factor,
+                           straggler_warmup=self.settings.trend_warmup,
                            detectors=self.detectors)
         # on_anomaly "skip": the limits handed to wrap's graph, the actions, escalation.
         self.skips = SkipGuard.from_detectors(self.policy, max_skips=self.settings.max_skips,
@@ -176,9 +179,13 @@ class Monitor:
         self._replays = Replays(replay=self.framework.replay if self.settings.replay else None,
                                 emit=writer.emit, rank=self.rank, device=self.local_rank,
                                 hardware=lambda: responder.hardware)
-        self._hangs = HangGuard(timeout_s=self.settings.hang_timeout_s, clock=self.clock,
-                                rank=self.rank, policy=self.policy, current=current,
-                                responder=responder, writer=writer, actions=actions)
+        self._hangs = HangGuard.build(
+            world_size=self.world_size, log_dir=self.log_dir, device=self.local_rank,
+            places=lambda: self.peers.places, notice=self.notice,
+            write_job=self.job.hang if self.rank == 0 else None, end_job=self.job.end,
+            timeout_s=self.settings.hang_timeout_s, clock=self.clock, rank=self.rank,
+            policy=self.policy, current=current, responder=responder, writer=writer,
+            actions=actions)
 
     # -- life cycle -----------------------------------------------------------------------
     def _open_sinks(self) -> list[Sink]:
@@ -230,8 +237,10 @@ class Monitor:
         after_step = segment.last_step if after_step is None else after_step
         self.rewinds.begin(after_step)
         consensus = self.framework.consensus
+        self._hangs.phase(STARTUP_EXCHANGE, after_step)
         self._sync.begin(after_step, lambda: None if consensus is None else consensus(
             self.world_size, self.notice, self.peers))
+        self._hangs.phase(BEFORE_STEP, after_step + 1)
         if self._sync.exchanging:
             self.job.begin(self.peers.places, self.world_size)
         self._push_limits()                  # a loaded state_dict carries windows
@@ -293,6 +302,7 @@ class Monitor:
                End.STOPPED_BY: segment.stopped_by(self.rank)}
         self._writer.emit(records.END, end)
         self.job.end(end)
+        self._hangs.ended(str(end[End.REASON]))
         segment.closed = True
         self._writer.close()
         self._stops.finish()                 # a received signal takes its usual course now
@@ -368,6 +378,7 @@ class Monitor:
         now = self._timing.fill(observation, self._current.segment, step_time_s=step_time_s,
                                 batch_size=batch_size or self.settings.batch_size)
         self._hangs.beat(now, step)
+        self._hangs.phase(BEFORE_STEP, step + 1)
         found = self._process(observation)
         if observation.segment_step == 1 and observation.loss is None \
                 and observation.grad_norm is None:
@@ -378,7 +389,7 @@ class Monitor:
 
     def end_step(self, *, step: int, state: Mapping[str, Any] | None = None,
                  replicas: Any = None, stop_asked: bool = False,
-                 **fields: Any) -> list[Anomaly]:
+                 work_time_s: float | None = None, **fields: Any) -> list[Anomaly]:
         """Everything a step's end does, the one protocol of every adapter and trainer:
         ``observe(step=step, **fields)``, the ``state`` record (``state``: the arguments of
         ``observe_state``, on a state step), then, on several ranks, the exchange that settles
@@ -387,6 +398,8 @@ class Monitor:
         the rewind is settled alone. Last, the protected step gets its next limits.
         ``stop_asked``: something else asked the framework to stop after this step (another
         callback's ``request_stop()``): every rank stops with it.
+        ``work_time_s``: this rank's own work in the step before its collective, as the
+        adapter measures it (the straggler's cause, detectors/slow_cause.py).
 
         The exchange runs even when a sink fails under ``on_sink_error="raise"``, since the
         other ranks wait in it: that ``SinkError`` is raised after it, the segment already
@@ -406,10 +419,12 @@ class Monitor:
         history = self.responder.history
         row = self.job.row(history[-1] if history else None, self.responder.hardware,
                            found) if self._sync.exchanging else None
+        self._hangs.phase(EXCHANGE, step)
         after = self._sync.after_step(step, data_time_s=fields.get("data_time_s"),
                                       step_time_s=fields.get("step_time_s"), state=replicas,
-                                      job_row=row)
-        self.job.step(step, self._sync.job_rows, found, after)
+                                      job_row=row, work_time_s=work_time_s)
+        self._hangs.phase(BEFORE_STEP, step + 1)
+        self.job.step(step, self._sync.job_rows, found, after, self._sync.slow)
         found += after
         self._push_limits()
         if error is not None:
@@ -474,10 +489,16 @@ class Monitor:
                 fields[Epoch.EVAL] = dict(evaluation)
             self._writer.emit(records.EPOCH, fields)
 
+    def step_begins(self, step: int) -> None:
+        """The framework starts ``step`` now, its batch in hand: a hang from here on is in
+        the step (its computation or collectives), not before it (heartbeats only)."""
+        self._hangs.phase(IN_STEP, step)
+
     def evaluating(self) -> None:
         """Work that is no training step made progress (an evaluation batch between epochs):
         the hang watchdog counts it as life, without taking it for a step's pace."""
         self._hangs.progress(self.clock.perf_counter())
+        self._hangs.phase(EVALUATING, self.last_step)
 
     def request_stop(self) -> None:
         """Stop after this step, on every rank (reason ``user_request``)."""

@@ -220,6 +220,9 @@ class Anomaly(Fields):
     REPORT = required("report")
     # hang only: the innermost frames of the stuck training thread, innermost first
     WHERE = optional("where")
+    # hang, on several ranks: the rank that gives the job's answer (job/holders.py); the
+    # others' hangs are its copies, posted by it alone (sinks/alert.py)
+    ANSWERED_BY = optional("answered_by")
     # update_ratio: the layer; attention_logit: the attention sub-Cell
     LAYER = optional("layer")
     # a gradient anomaly one rank's own gradients caused: that rank, its host and device
@@ -227,7 +230,7 @@ class Anomaly(Fields):
     ORIGIN_HOST = optional("origin_host")
     ORIGIN_DEVICE = optional("origin_device")
     # throughput_drop: what grew, "data" (time outside the train step) or "compute", and
-    # the ranks whose data time grew
+    # the ranks whose data time grew; straggler: "data", "host" or "compute"
     CAUSE = optional("cause")
     RANKS = optional("ranks")
     # memory_growth: which memory ("host", "npu:0", "framework") and the seconds until it

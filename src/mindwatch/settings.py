@@ -137,11 +137,19 @@ class MonitorSettings:
         2.0, "`straggler` (in the slow rank's own log) when a rank's median `data_time_s` is "
         "above this multiple of the other ranks' median, and by at least 10% of a step and "
         "5 ms. Above 1.", "x")
+    straggler_work_factor: float = setting(
+        1.15, "`straggler` with cause `compute` when a rank's median own work before the "
+        "step's collective (PyTorch DDP: to its last gradient bucket; MindSpore on the CPU: "
+        "its CPU time in the step) is above this multiple of the other ranks' median, and "
+        "by 1 ms, for a quarter of `straggler_window` steps in a row, after `trend_warmup` "
+        "steps; cause `host` when its threads' wait for a CPU is `straggler_factor` times "
+        "the others' and this minus one seconds per second more. Above 1.", "x")
     # a run that slowly gets worse
     trend_warmup: int = setting(
         50, "Steps at the start of each run segment (each `model.train`, a resumed run) that "
         "`throughput_drop`, `data_bound` and `memory_growth` leave out: compilation, memory "
-        "pools and a cold input pipeline. Each segment learns its own pace after it.", "steps")
+        "pools and a cold input pipeline. Each segment learns its own pace after it. The "
+        "straggler rule's compute and host causes leave out the run's first N steps.", "steps")
     pace_window: int = setting(
         20, "`throughput_drop` and `data_bound` read medians of step time, data time and "
         "samples/s over the last N steps (withheld updates and the step after each left out), "
@@ -349,6 +357,8 @@ class MonitorSettings:
         _check_trends(self)
         check_int("straggler_window", self.straggler_window, minimum=2, maximum=MAX_COUNT)
         check_number("straggler_factor", self.straggler_factor, low=1.0, low_open=True)
+        check_number("straggler_work_factor", self.straggler_work_factor, low=1.0,
+                     low_open=True)
         self.policies = resolve_policies(self.on_anomaly)
         check_number("hang_timeout_s", self.hang_timeout_s, low=0.0, low_open=True,
                      high=MAX_INTERVAL_S, optional=True)

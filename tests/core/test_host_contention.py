@@ -138,3 +138,56 @@ def test_a_process_that_was_on_the_npu_before_or_barely_computes_is_no_cause(tmp
     [drop] = _run(tmp_path / "idle", clock, slow_others=10.0, slow_wait=0.005,
                   npu=([], [idle]))
     assert drop.fields["cause"] == "compute"
+
+
+def _busy(busy, others, waiting):
+    return host_load.Load(others_percent=others, busy_percent=busy, waiting=waiting, top=())
+
+
+def test_a_busy_baseline_whose_share_the_others_took_is_the_host():
+    """Others held 93% of the host at the baseline, this process 5%, its threads waiting a
+    CPU most of each second. More others came: the step took 3.9x as long, this process's
+    share fell as much (its work per step the same), and its threads waited 0.58 s a step
+    more; the host read 88% busy (a sample's dip) and the others' share read no higher. The
+    rule before asked for a rise or a saturated host: "compute"."""
+    then, now = _busy(98.0, 93.0, 1.0), _busy(88.0, 86.7, 1.0)
+    assert host_load.explains(then, now, 0.2, 0.78)
+    message = host_load.describe(then, now, 0.2, 0.78)
+    assert ("this process's share of it fell from 5.0% to 1.3% as its step grew 3.9x (theirs "
+            "93% before, 87% now) (the host 88% busy)") in message
+    # its share held as the step grew: its own work, however long its threads waited
+    assert not host_load.explains(then, _busy(88.0, 83.0, 1.0), 0.2, 0.78)
+
+
+def test_more_work_a_step_on_a_host_as_busy_as_at_the_baseline_is_compute():
+    """Others held 80% of a saturated host throughout, this process 20%, its threads waiting
+    0.6 s a second for a CPU: a step of 4x the work takes 4x as long and waits 4x as long.
+    The rule before called it "host" (the others held most of a saturated host, and the wait
+    grew by more than half the step's growth); the wait is what the baseline's contention
+    gives the CPU it uses now."""
+    then = now = _busy(100.0, 80.0, 0.6)
+    assert not host_load.explains(then, now, 0.1, 0.4)
+    # the same step with this process's share down to a quarter: others took its CPU
+    assert host_load.explains(then, _busy(100.0, 95.0, 0.9), 0.1, 0.4)
+
+
+def test_processes_that_came_onto_a_saturated_host_are_the_host():
+    """The others held 92.6% of a saturated host at the baseline and 92.8% now, this run's
+    share and wait alike (its threads crowded, it spins): only the processes that came since
+    tell, in the sampler's ``cpu_top``."""
+    spinner = {"pid": 10, "name": "spin", "cpu_percent": 30.0}
+    newcomer = {"pid": 11, "name": "spin", "cpu_percent": 25.0}
+    then = host_load.Load(others_percent=92.6, busy_percent=100.0, waiting=1.91,
+                          top=(spinner,))
+    now = host_load.Load(others_percent=92.8, busy_percent=100.0, waiting=1.92,
+                         top=(spinner, newcomer))
+    assert host_load.cpu_newcomers(then, now) == [newcomer]
+    assert host_load.explains(then, now, 0.10, 0.23)
+    assert host_load.describe(then, now, 0.10, 0.23).startswith(
+        "other processes came onto the host's CPU since the baseline: pid 11 spin 25.0%")
+    # the same lists: its own work (as far as the host can tell)
+    same = dataclasses.replace(now, top=(spinner,))
+    assert host_load.cpu_newcomers(then, same) == []
+    assert not host_load.explains(then, same, 0.10, 0.23)
+    # no list at the baseline (a quiet host): nothing to compare
+    assert host_load.cpu_newcomers(dataclasses.replace(then, top=()), now) == []

@@ -32,7 +32,8 @@ VALID = {
     "grad_spike_ratio": [1.01, 10], "loss_rising_window": [4, 1000],
     "loss_rising_min": [0.01, 3], "lr_jump_factor": [1.5, 1e6], "max_lr": [None, 1e-6, 10.0],
     "max_update_ratio": [None, 1e-3, 1.0, 1e6], "straggler_window": [2, 500],
-    "straggler_factor": [1.1, 50], "layer_norms_interval": [1, 10**6],
+    "straggler_factor": [1.1, 50], "straggler_work_factor": [1.01, 10],
+    "layer_norms_interval": [1, 10**6],
     "replay": [True, False], "consistency_interval": [None, 1, 1000],
     "state_interval": [None, 1, 100], "update_ratio_factor": [1.01, 50],
     "update_ratio_ceiling": [1e-6, 5.0], "max_attention_logit": [1e-3, 1e6],
@@ -100,7 +101,8 @@ def _usable(built):
     """An accepted configuration must also build the monitor's rules and encode as JSON."""
     build_detectors(built)
     Peers(rank=0, world_size=2, policy=Policy(built.policies, signal=built.on_signal),
-          straggler_window=built.straggler_window, straggler_factor=built.straggler_factor)
+          straggler_window=built.straggler_window, straggler_factor=built.straggler_factor,
+          straggler_work_factor=built.straggler_work_factor)
     records.encode(built.as_record())
 
 

@@ -261,12 +261,16 @@ def test_a_rank_stalled_in_its_data_source_hangs_both_and_summary_names_them(job
                               str(job.root / "hang_rank1" / "run")], capture_output=True, text=True,
                              timeout=60)
     assert summary.returncode == 1
-    # the job's answer (issue #43): one hang of the job at one step, found on both ranks,
-    # is one anomaly, not one per rank
-    assert summary.stdout.splitlines()[0].endswith(": 1 ANOMALY, HUNG ON RANKS 0, 1")
+    # the job's answer: one hang of the job at one step, found on both ranks, is one
+    # anomaly, and it names the rank the job waits for (issue #44), from the heartbeats
+    assert summary.stdout.splitlines()[0].endswith(": 1 ANOMALY, HUNG ON RANK 1")
     [hung] = [line for line in summary.stdout.splitlines() if line.startswith("  hung: ")]
-    assert f"rank 0 after step {STALL_STEP - 1}" in hung
-    assert f"rank 1 after step {STALL_STEP - 1}" in hung
+    assert hung.startswith(f"  hung: after step {STALL_STEP - 1}: the job waits for rank 1 "
+                           f"(host {socket.gethostname()}): in its data loader before step "
+                           f"{STALL_STEP}: "), hung
+    assert hung.endswith(f"; 1 rank (0) waits in step {STALL_STEP} (the step's collectives)")
+    assert run.ranks[0].anomalies[0]["origin_rank"] == 1
+    assert [log.anomalies[0]["answered_by"] for log in run.ranks] == [0, 0]
 
 
 def test_slow_data_pipeline_rank_is_a_straggler(job):
@@ -274,7 +278,8 @@ def test_slow_data_pipeline_rank_is_a_straggler(job):
     first, second = run.ranks
     stragglers = [a for a in second.anomalies if a["anomaly"] == "straggler"]
     assert len(stragglers) == 1 and stragglers[0]["actions"] == ["warn"]
-    assert "rank 1 is a straggler" in stragglers[0]["message"]
+    assert f"rank 1 (host {socket.gethostname()}) is a straggler" in stragglers[0]["message"]
+    assert stragglers[0]["cause"] == "data"
     # The 100 ms sleep partly overlaps the step (the dataset prefetches in its own thread,
     # measured 9-60 ms left); what is left still dwarfs rank 0's wait for its batch.
     from statistics import median

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import socket
+import time
 
 import pytest
 from rich.console import Console
@@ -128,14 +129,24 @@ def test_a_job_of_1024_ranks_of_copied_logs_fits_in_20_lines(job, tmp_path, caps
 @pytest.mark.parametrize("job_log", [True, False])
 def test_an_empty_rank_log_is_a_silent_rank_not_an_error(job, capsys, job_log):
     (job / "rank_6.jsonl").write_bytes(b"")
+    # its heartbeat (runlog/heartbeats.py) says where it stayed: still starting
+    beat = job / "heartbeats" / "rank_6.json"
+    beat.parent.mkdir(exist_ok=True)
+    at = 1_700_000_000.0
+    beat.write_text(json.dumps({
+        "rank": 6, "host": "node-0", "device": 6, "pid": 1, "time": at, "interval_s": 1.0,
+        "phase": "starting", "step": 0, "since": at - 60, "state": "running",
+        "where": "load (data.py:3) <- main (train.py:9)"}))
     if not job_log:
         os.remove(job / "job.jsonl")
     code, text = _summary(job, capsys)
     assert code == 1, text
     assert text.splitlines()[0] == f"{job}: 1 ANOMALY, SILENT RANK 6"
     [silent] = [line for line in text.splitlines() if line.startswith("  silent: ")]
+    clock = time.strftime("%H:%M:%S", time.localtime(at))
     assert silent.startswith("  silent: rank 6") and silent.endswith(
-        ": no record since start-up")
+        f": no record since start-up; last heartbeat {clock}, never started: still in its "
+        "start-up: load (data.py:3) <- main (train.py:9)")
     _, out = _summary(job, capsys, "--json")
     assert [(s["rank"], s["why"]) for s in json.loads(out)["job"]["silent"]] == [
         (6, "no record since start-up")]
@@ -146,11 +157,18 @@ def test_a_rank_whose_log_stops_early_is_named_last_seen(job, capsys):
     lines = path.read_text().splitlines(keepends=True)
     steps = [i for i, line in enumerate(lines) if '"kind":"step"' in line]
     path.write_text("".join(lines[:steps[-3] + 1]))          # killed after step 18
+    beat = job / "heartbeats" / "rank_9.json"          # its last heartbeat: in step 19
+    beat.parent.mkdir(exist_ok=True)
+    beat.write_text(json.dumps({
+        "rank": 9, "host": "node-1", "device": 9, "pid": 1, "time": 1_700_000_000.0,
+        "interval_s": 1.0, "phase": "in_step", "step": 19, "since": 1_699_999_999.0,
+        "state": "running"}))
     code, text = _summary(job, capsys)
     assert code == 1
     assert "NO END RECORD (running or crashed)" in text.splitlines()[0]
     assert re.search(r"  silent: rank 9 \(host node-1\): last seen at step 18, "
-                     r"\d\d:\d\d:\d\d$", text, re.M), text
+                     r"\d\d:\d\d:\d\d; last heartbeat \d\d:\d\d:\d\d, in step 19$", text,
+                     re.M), text
 
 
 def test_a_single_empty_log_is_still_unreadable(tmp_path, capsys):

@@ -9,7 +9,8 @@ sees a step number from one beat with the time of another.
 The timeout in force (``timeout_in_force``): ``hang_timeout_s`` seconds, or automatically
 max(``MIN_AUTO_TIMEOUT_S``, ``AUTO_MEDIAN_FACTOR`` x the median time between step ends over
 the last ``INTERVAL_WINDOW`` ones); until the first step of a segment ends (graph
-compilation, dataset start-up) ``FIRST_STEP_FACTOR`` times that.
+compilation, dataset start-up) ``FIRST_STEP_FACTOR`` times that, and in the ranks' start-up
+exchange ``EXCHANGE_FACTOR`` times.
 """
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ MIN_AUTO_TIMEOUT_S = 600.0
 AUTO_MEDIAN_FACTOR = 20.0
 # The first step compiles the graph: minutes on Ascend for a large model, seconds on a CPU.
 FIRST_STEP_FACTOR = 6.0
+# The ranks' start-up exchange is a collective (no compilation): the ranks that reached it
+# wait for one that never starts, found at twice the timeout rather than six times (the
+# ranks arrive a few seconds apart, after building their models and data).
+EXCHANGE_FACTOR = 2.0
 INTERVAL_WINDOW = 100
 # The thread looks every timeout / TICKS_PER_TIMEOUT seconds, within these bounds: a report
 # comes at most 5% (and 5 s) late, and a 600 s timeout costs one wake-up every 5 s.
@@ -43,11 +48,12 @@ def auto_timeout(intervals: Sequence[float]) -> float:
 
 
 def timeout_in_force(setting: float | None, intervals: Sequence[float], *,
-                     first_step: bool) -> float:
+                     first_step: bool, exchanging: bool = False) -> float:
     """Seconds without a step end before a hang: ``setting`` (None: ``auto_timeout``), times
-    ``FIRST_STEP_FACTOR`` while the segment's first step has not ended."""
+    ``FIRST_STEP_FACTOR`` while the segment's first step has not ended, ``EXCHANGE_FACTOR``
+    while the ranks' start-up exchange goes on."""
     base = auto_timeout(intervals) if setting is None else float(setting)
-    return base * FIRST_STEP_FACTOR if first_step else base
+    return base * (EXCHANGE_FACTOR if exchanging else FIRST_STEP_FACTOR if first_step else 1)
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,8 @@ class HangWatchdog:
         self._last: tuple[float, int, int, bool] = (clock.perf_counter(), 0,
                                                     threading.get_ident(), False)
         self._reported: float | None = None      # ``_last[0]`` of the stall reported
+        # In the ranks' start-up exchange: a collective, no compilation (EXCHANGE_FACTOR).
+        self.exchanging = False
         self.generation = 0
         self._stopped = threading.Event()
         self._stopped.set()
@@ -122,13 +130,15 @@ class HangWatchdog:
 
     def timeout(self) -> float:
         """The timeout in force now."""
-        return timeout_in_force(self.timeout_s, self.intervals, first_step=not self._last[3])
+        return timeout_in_force(self.timeout_s, self.intervals, first_step=not self._last[3],
+                                exchanging=self.exchanging)
 
     def check(self, now: float | None = None) -> Stall | None:
         """A stall not reported yet, if no step ended for the timeout in force."""
         last, step, thread_id, stepped = self._last
         now = self.clock.perf_counter() if now is None else now
-        timeout = timeout_in_force(self.timeout_s, self.intervals, first_step=not stepped)
+        timeout = timeout_in_force(self.timeout_s, self.intervals, first_step=not stepped,
+                                   exchanging=self.exchanging)
         stalled = now - last
         if stalled < timeout or self._reported == last:
             return None

@@ -29,6 +29,9 @@ THREADS = "threads"
 NAME, IDENT, DAEMON, TRAINING, STACK = "name", "ident", "daemon", "training", "stack"
 FILE, LINE, FUNCTION, CODE = "file", "line", "function", "code"
 WHERE_FRAMES = 3            # innermost frames in the ``where`` string
+# The files of the data loaders a training thread waits in for its next batch.
+LOADERS = ("/mindspore/dataset/", "/mindspore/train/dataset_helper",
+           "/torch/utils/data/", "/datasets/")
 HISTORY_STEPS = 10
 
 
@@ -55,11 +58,38 @@ def thread_stacks(training_thread: int | None) -> list[dict[str, Any]]:
 def where(threads: Sequence[Mapping[str, Any]]) -> str | None:
     """The training thread's innermost frames, innermost first:
     ``"sleep_in_loader (train.py:42) <- __next__ (iterators.py:150) <- ..."``."""
-    stack = next((t[STACK] for t in threads if t[TRAINING]), None)
+    return where_in(training_stack(threads))
+
+
+def where_in(stack: Sequence[Mapping[str, Any]] | None) -> str | None:
+    """``where`` of one thread's ``stack`` (outermost frame first)."""
     if not stack:
         return None
     return " <- ".join(f"{f[FUNCTION]} ({os.path.basename(f[FILE])}:{f[LINE]})"
                        for f in reversed(stack[-WHERE_FRAMES:]))
+
+
+def stack_of(ident: int) -> list[dict[str, Any]] | None:
+    """One thread's stack, outermost frame first, without its source lines (a heartbeat
+    takes it every few seconds: ~50 us for 50 frames); None when the thread is gone."""
+    frame = sys._current_frames().get(ident)
+    if frame is None:
+        return None
+    summary = traceback.StackSummary.extract(traceback.walk_stack(frame), lookup_lines=False)
+    return [{FILE: f.filename, LINE: f.lineno, FUNCTION: f.name, CODE: None}
+            for f in reversed(summary)]
+
+
+def training_stack(threads: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The training thread's stack among ``thread_stacks``' (empty when none is known)."""
+    return next((list(t[STACK]) for t in threads if t[TRAINING]), [])
+
+
+def in_data_loader(stack: Sequence[Mapping[str, Any]] | None) -> bool:
+    """The thread of ``stack`` waits inside a data loader's code: MindSpore's dataset
+    iterators, PyTorch's DataLoader, a dataset helper."""
+    return any(marker in f[FILE].replace(os.sep, "/") for f in stack or ()
+               for marker in LOADERS)
 
 
 def write_hang_report(*, log_dir: str, rank: int, anomaly: Anomaly, where_: str | None,

@@ -10,13 +10,29 @@ other processes on this rank's devices (``devices[].others``, where the tools li
 
 Contention explains a slowdown (``explains``) when
 - this process's threads waited longer for a CPU, per step, by at least ``SHARE`` of what
-  the step grew, while the other processes took more of the host, or held most of a host
-  with no CPU to spare (``SATURATED``: a host they had filled already at the baseline has no
-  share left for them to gain, and their share wavers by a few percent from sample to
-  sample). Work of the run's own (a slower kernel, a sleep, I/O, a collective's wait) is no
-  wait for a CPU, and the run's own threads crowding each other (more input workers) leave
-  the others' share as it was, or take from it (on a saturated host that the others hold
-  most of, those threads wait for the others too, and the others are named);
+  the step grew, beyond the wait that the baseline's contention would give the CPU it uses
+  per step now: at the baseline they waited ``waiting`` seconds per second while the process
+  held its share of the host; a run that does more work per step on a host as busy as then
+  (its share and its threads' wait per second as they were) waits as much longer per step
+  as it computes longer, and that is its own work. So the wait at the baseline counts times
+  the growth of this process's CPU per step (its share times the step time), at least once
+  and at most as many times as the step grew;
+- while the other processes took the host's CPU: their share rose, or they held most of a
+  host with no CPU to spare (``SATURATED``: a host they had filled already at the baseline
+  has no share left for them to gain, and their share wavers by a few percent from sample
+  to sample), or this process's own share fell as its step grew (its CPU per step grew by
+  less than ``SHARE`` of what the step grew, relatively: the work of a step spread over
+  longer). On a host that others kept busy while the baseline was learned, the process
+  holds a few percent of it: a few points more for the others read as noise, the same
+  points off its own share as a large fall, and the host's busy percent wavers around
+  ``SATURATED``. Work of the run's own (a slower kernel, a sleep, I/O, a collective's wait)
+  is no wait for a CPU, and the run's own threads crowding each other (more input workers)
+  use more CPU per step and leave the others' share as it was, or take from it (on a
+  saturated host that the others hold most of, those threads wait for the others too, and
+  the others are named). What the rule cannot tell apart: a run whose threads spin while
+  they wait for each other (a thread pool whose worker lost its CPU) burns more CPU per
+  step as it is crowded; where its share and its wait per second stay as they were, that
+  reads as more work of its own ("compute");
 - or a process that was not on one of this rank's devices at the baseline is there now,
   computing (NVML's share of the SMs, at least ``DEVICE_SHARE``) or of unknown share
   (npu-smi lists the processes on a chip and their memory, not their share of it).
@@ -43,6 +59,9 @@ MIN_RISE = 1.0        # percent of the host: the other processes' share must ris
 # workers; its samples were not kept, and such a sample below 95% is the likeliest cause.
 SATURATED = 90.0
 HELD = 50.0           # percent of the host: a saturated host's others hold at least this
+# percent of the host: the least own share a ratio of CPU per step is taken from (the
+# sampler rounds process_cpu_percent to 0.1; a process that used nothing has no ratio)
+MIN_OWN = 0.5
 DEVICE_SHARE = 10.0   # percent of a device's SMs: a newcomer computing on it
 KEPT = 3600           # samples (2 h at the default 2 s): the spans asked about are recent
 WAIT_S = 10.0         # the least time a drop waits for a sample that covers its slow steps
@@ -70,6 +89,11 @@ class Load:
     top: Sequence[Any]          # the latest ``cpu_top`` up to the span's end (TopProcess)
     # the latest list of the other processes on each of this rank's devices that has one
     devices: Processes = field(default_factory=dict)
+
+    @property
+    def own_percent(self) -> float:
+        """This process's part of the host's CPU (with its children), mean."""
+        return max(self.busy_percent - self.others_percent, 0.0)
 
     def wait_per_step(self, step_s: float) -> float:
         return self.waiting * step_s
@@ -187,34 +211,86 @@ def explains(then: Load | None, now: Load | None, step_then: float, step_now: fl
     ``now``: over the slow steps)."""
     if then is None or now is None or step_now <= step_then:
         return False
-    waited = now.wait_per_step(step_now) - then.wait_per_step(step_then)
-    return (waited >= SHARE * (step_now - step_then) and _others_took(then, now)) or \
-        bool(newcomers(then, now))
+    return (_waited(then, now, step_then, step_now) >= SHARE * (step_now - step_then)
+            and _others_took(then, now, step_then, step_now)) or bool(newcomers(then, now)) \
+        or bool(cpu_newcomers(then, now))
 
 
-def _others_took(then: Load, now: Load) -> bool:
-    """Whether the other processes took more of the host, or held most of a saturated one."""
-    return _rose(then, now) or (now.busy_percent >= SATURATED and now.others_percent >= HELD)
+def cpu_newcomers(then: Load, now: Load) -> list[Mapping[str, Any]]:
+    """The busiest other processes of the host now (``cpu_top``) that were not among them
+    at the baseline, when the baseline was busy enough to have its own list: on a host the
+    others kept saturated, processes that came since are contention its shares cannot show
+    (the others' part was near all of it before and after)."""
+    if not then.top:
+        return []
+    known = {p.get(TopProcess.PID) for p in then.top if isinstance(p, Mapping)}
+    return [p for p in now.top if isinstance(p, Mapping)
+            and p.get(TopProcess.PID) not in known]
+
+
+def _cpu_ratio(then: Load, now: Load, step_then: float, step_now: float) -> float | None:
+    """How many times its CPU per step at the baseline this process uses now (its share of
+    the host times the step time); None when it held too little then to tell."""
+    if then.own_percent < MIN_OWN:
+        return None
+    return now.own_percent * step_now / (then.own_percent * step_then)
+
+
+def _waited(then: Load, now: Load, step_then: float, step_now: float) -> float:
+    """Seconds per step this process's threads waited for a CPU beyond what the baseline's
+    contention gives the CPU it uses per step now: its wait per step then, times the growth
+    of its CPU per step, from once to as many times as the step grew (more than that, its
+    share of the host rose: no one crowded it out, and one low reading of its share at the
+    baseline, a child's CPU leaving the count, would make any wait its own)."""
+    grown = min(max(_cpu_ratio(then, now, step_then, step_now) or 1.0, 1.0),
+                step_now / step_then)
+    return now.wait_per_step(step_now) - grown * then.wait_per_step(step_then)
+
+
+def _others_took(then: Load, now: Load, step_then: float, step_now: float) -> bool:
+    """Whether the other processes took more of the host, held most of a saturated one, or
+    left this process a smaller share as its step grew."""
+    return _rose(then, now) or (now.busy_percent >= SATURATED and now.others_percent >= HELD) \
+        or _own_fell(then, now, step_then, step_now)
 
 
 def _rose(then: Load, now: Load) -> bool:
     return now.others_percent - then.others_percent >= MIN_RISE
 
 
+def _own_fell(then: Load, now: Load, step_then: float, step_now: float) -> bool:
+    """Whether this process's CPU per step grew by less than SHARE of what its step grew
+    (each relative to the baseline's): what a step did took longer, not more CPU."""
+    ratio = _cpu_ratio(then, now, step_then, step_now)
+    return ratio is not None and ratio - 1 < SHARE * (step_now / step_then - 1)
+
+
 def describe(then: Load, now: Load, step_then: float, step_now: float) -> str:
     """What took the CPU or the device, for the anomaly's message."""
     said = []
+    came = cpu_newcomers(then, now)
+    if came:
+        said.append("other processes came onto the host's CPU since the baseline: " + ", ".join(
+            f"pid {p.get(TopProcess.PID)} {p.get(TopProcess.NAME)} "
+            f"{p.get(TopProcess.CPU_PERCENT)}%" for p in came))
     for label, new in newcomers(then, now).items():
         named = ", ".join(_device_process(p) for p in new)
         said.append(f"other processes came onto {label}: {named}")
-    if _others_took(then, now):
+    if _others_took(then, now, step_then, step_now):
         named = ", ".join(f"pid {p.get(TopProcess.PID)} {p.get(TopProcess.NAME)} "
                           f"{p.get(TopProcess.CPU_PERCENT)}%" for p in now.top
                           if isinstance(p, Mapping))
-        share = (f"their share rose from {then.others_percent:.0f}% to "
-                 f"{now.others_percent:.0f}% of it" if _rose(then, now) else
-                 f"they held {now.others_percent:.0f}% of it ({then.others_percent:.0f}% "
-                 f"before)")
+        if _rose(then, now):
+            share = (f"their share rose from {then.others_percent:.0f}% to "
+                     f"{now.others_percent:.0f}% of it")
+        elif now.busy_percent >= SATURATED and now.others_percent >= HELD:
+            share = (f"they held {now.others_percent:.0f}% of it "
+                     f"({then.others_percent:.0f}% before)")
+        else:
+            share = (f"this process's share of it fell from {then.own_percent:.1f}% to "
+                     f"{now.own_percent:.1f}% as its step grew "
+                     f"{step_now / step_then:.3g}x (theirs {then.others_percent:.0f}% before, "
+                     f"{now.others_percent:.0f}% now)")
         said.append(
             f"other processes took the host's CPU: {share} (the host "
             f"{now.busy_percent:.0f}% busy{'; the most: ' + named if named else ''}), and "

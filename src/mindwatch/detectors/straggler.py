@@ -13,6 +13,12 @@ ranks' exchange, so that the judgement reads one median per rank (``update_peers
 ``middles``): no rank sorts the others' windows. A caller that hands in only every rank's
 data times (a custom exchange, through ``Monitor.observe_peers``) gets the same rule from
 every rank's window, kept here.
+
+The rule names a cause (the anomaly's ``cause`` field): this data-time rule's is ``data``;
+``cause`` (slow_cause.py) judges, from what each rank did before it entered the step's
+collective, the ranks slow by their ``host`` or their ``compute``, which the data time does
+not show. ``where`` (" (host h, device d)", set by ranks/peers.py) names the rank's place in
+the messages.
 """
 from __future__ import annotations
 
@@ -22,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..anomaly import STRAGGLER, Anomaly
 from ..basics.medians import SAMPLED_FROM, middles, short_row_medians
+from ..records import Anomaly as Record
 from .base import Detector, Episode
+from .slow_cause import CAUSES, DATA, WAITED_FOR, SlowCause
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,7 +38,8 @@ if TYPE_CHECKING:
 
 class StragglerDetector(Detector):
     def __init__(self, *, rank: int, world_size: int, window: int = 20, factor: float = 2.0,
-                 min_fraction: float = 0.1, min_seconds: float = 0.005):
+                 min_fraction: float = 0.1, min_seconds: float = 0.005,
+                 work_factor: float = 1.15, warmup: int = 0):
         self.rank, self.world_size = rank, world_size
         self.window, self.factor, self.min_fraction = window, factor, min_fraction
         # An absolute floor too: on millisecond steps, scheduling jitter of a loaded host
@@ -48,6 +57,10 @@ class StragglerDetector(Detector):
         self._count = 0                 # steps written into the ring
         self._loaded: list[list[float]] | None = None
         self._episode = Episode()
+        # the ranks slow by their host or compute; the CPU-wait ratio is this rule's factor
+        self.cause = SlowCause(rank=rank, world_size=world_size, window=window,
+                               factor=work_factor, wait_factor=factor, warmup=warmup)
+        self.where = ""                 # " (host h, device d)" once the places are known
 
     def share(self, data_time_s: float) -> tuple[float, float]:
         """Before the exchange: this step's data time into this rank's window, and the two
@@ -62,12 +75,39 @@ class StragglerDetector(Detector):
         half = len(ordered) // 2
         return ordered[half - 1 + len(ordered) % 2], ordered[half]
 
+    @property
+    def slow_code(self) -> int:
+        """The cause this rank is slow by now, as a number for the exchange: 0 for none, else
+        1 + its index in ``slow_cause.CAUSES``."""
+        cause = DATA if self._episode.active else self.cause.now
+        return 0 if cause is None else 1 + CAUSES.index(cause)
+
     def update_peers(self, step: int, data_times: Sequence[float] | np.ndarray,
-                     step_time_s: float | None,
-                     middles: np.ndarray | None = None) -> list[Anomaly]:
+                     step_time_s: float | None, middles: np.ndarray | None = None,
+                     work: tuple[np.ndarray, np.ndarray] | None = None,
+                     slow: np.ndarray | None = None) -> list[Anomaly]:
         """``middles``: what every rank ``share``d this step, (2, ranks) float32 (then
         ``data_times`` is not read); None: the rule keeps every rank's ``data_times`` (a
-        list, or the exchange's numpy array) itself."""
+        list, or the exchange's numpy array) itself. ``work``: every rank's medians of its
+        own work and CPU wait (``cause.share``, exchanged); None: the data rule alone.
+        ``slow``: every rank's ``slow_code`` as exchanged (None: unknown)."""
+        found = self._update_data(step, data_times, step_time_s, middles)
+        if work is not None and self.world_size > 1:
+            found += self.cause.update(step, *work, data=self._episode.active,
+                                       waiting=self._waited_for(slow), where=self.where)
+        return found
+
+    def _waited_for(self, slow: np.ndarray | None) -> bool:
+        """Another rank is named slow by its input or host (the job waits for it)."""
+        if slow is None:
+            return False
+        import numpy as np
+
+        waited = np.isin(slow, WAITED_FOR)
+        return bool(waited.sum() > waited[self.rank])
+
+    def _update_data(self, step: int, data_times: Sequence[float] | np.ndarray,
+                     step_time_s: float | None, middles: np.ndarray | None) -> list[Anomaly]:
         import numpy as np
 
         if middles is None:
@@ -114,10 +154,10 @@ class StragglerDetector(Detector):
         ratio = mine / others if others > 0 else float("inf")
         return [Anomaly(
             STRAGGLER, step, mine, self.factor * others,
-            f"rank {self.rank} is a straggler: it spends {mine * 1000:.1f} ms per step "
-            f"before each step (its data and host work), {ratio:.3g}x the other ranks' "
+            f"rank {self.rank}{self.where} is a straggler: it spends {mine * 1000:.1f} ms per "
+            f"step before each step (its data and host work), {ratio:.3g}x the other ranks' "
             f"{others * 1000:.1f} ms (medians over {self.window} steps); every rank waits "
-            f"for it")]
+            f"for it", fields={Record.CAUSE: DATA})]
 
     def _make_ring(self, np: Any) -> Any:
         """The ring, holding a loaded state's newest ``window`` times of each rank (as many
@@ -147,6 +187,9 @@ class StragglerDetector(Detector):
         """This rank's own window (``own_times``, oldest first); every rank's (``times``)
         too while the rule keeps them (a caller that gives no medians)."""
         state: dict[str, Any] = {"own_times": list(self._own), **self._episode.state_dict()}
+        cause = self.cause.state_dict()
+        if cause:                       # none until a rank shares its own work
+            state["cause"] = cause
         if self._ring is not None or self._loaded is not None:
             state["times"] = self._times()
         return state
@@ -164,6 +207,7 @@ class StragglerDetector(Detector):
         if own is not None:
             self._own = deque((float(v) for v in own), maxlen=self.window)
         self._episode.load_state_dict(state)
+        self.cause.load_state_dict(state.get("cause", {}))
 
 
 def _median(np: Any, values: Any) -> float:

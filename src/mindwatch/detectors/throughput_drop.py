@@ -13,9 +13,11 @@ Two rules over the pace windows (``pace.Pace``: medians over the last ``window``
   ``throughput_baseline``), the median samples/s is below it.
 
 The message says where the time went: to the host's other processes (``host``: they took
-more of its CPU, or held most of a saturated one, and this process's threads waited for
-one, ``host_load.explains``), or,
-within the run's own time, outside the train step (``data``: the input pipeline, other
+more of its CPU, held most of a saturated one, or left this process a smaller share as its
+step grew, and its threads waited for a CPU per step longer than the baseline's contention
+gives the CPU it uses per step now, ``host_load.explains``: so a run that does more work
+per step on a host as busy as at its baseline is no contention), or, within the run's own
+time, outside the train step (``data``: the input pipeline, other
 callbacks) or in the step itself (``compute``), each against its value at the baseline.
 Under data parallelism every rank's step takes as long as the slowest rank's (the others
 wait inside the gradient all-reduce), so every rank finds the drop; the ranks share their
@@ -173,8 +175,11 @@ class ThroughputDropDetector(Detector):
         self._pending = None
         cause, ranks, where = drop.own
         best = drop.best
-        if best.host is None:                  # the sampler came round after it was learned
-            best.host = self._host.over(*best.span, latest=False)
+        # the samples that cover the baseline window by now: as it was learned they covered
+        # its start at most (one that ends after it comes up to an interval later), and the
+        # time before it may have been busier or quieter. The one kept then where they are
+        # gone (KEPT)
+        best.host = self._host.over(*best.span, latest=False) or best.host
         load = self._host.since(drop.start, now)
         if best.host is not None and load is not None and \
                 host_load.explains(best.host, load, best.step_s, drop.step_s):

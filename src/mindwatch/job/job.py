@@ -58,9 +58,10 @@ class Job:
                               (a.kind for a in found), late)
 
     def step(self, step: int, rows: np.ndarray | None, found: Sequence[Anomaly],
-             after: Sequence[Anomaly]) -> None:
+             after: Sequence[Anomaly], slow: np.ndarray | None = None) -> None:
         """After ``step``'s exchange: ``found``, this rank's anomalies before it; ``after``,
-        those the exchange brought (told to rank 0 in the next exchange)."""
+        those the exchange brought (told to rank 0 in the next exchange); ``slow``, the
+        cause each rank is slow by now (ranks/consensus.py ``Exchange.slow``)."""
         self._late = [a.kind for a in after if a.kind != PEER_STOP]
         if self.log is None or rows is None or not self._open:
             return
@@ -71,7 +72,13 @@ class Job:
         added = np.where(known, data, 0.0).astype(np.float64)
         self._data_sums = added if self._data_sums is None or \
             self._data_sums.shape != added.shape else self._data_sums + added
-        self.log.step(step, rows, [*found, *after])
+        self.log.step(step, rows, [*found, *after], slow)
+
+    def hang(self, fields: Mapping[str, Any]) -> None:
+        """The job's answer to a hang (job/holders.py), from the hang watchdog's thread: a
+        ``hang`` record, once the job log is open (the ranks exchange)."""
+        if self.log is not None and self._open:
+            self.log.hang(fields)
 
     def end(self, end: Mapping[str, Any]) -> None:
         """The segment's end (rank 0's ``end`` fields): the job's ``end`` record with its

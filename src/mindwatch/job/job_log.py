@@ -10,6 +10,7 @@ job log is given up, the rank logs go on.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from ..anomaly import PEER_STOP, Anomaly
 from ..basics.clock import Clock
 from ..basics.rank_set import rank_set
 from ..basics.run_dir import RunLogExists
-from ..job_schema import JOB_FILE, JOB_RANKS, JOB_STEP, JobRun, JobStep, Place
+from ..job_schema import HANG, JOB_FILE, JOB_RANKS, JOB_STEP, JobRun, JobStep, Place
 from ..records import Common
 from ..sinks.jsonl import JsonlSink
 from . import fields as job_fields
@@ -54,6 +55,10 @@ class JobLog:
         self._bins = RankBins()
         self._pending: tuple[int, dict[str, np.ndarray], list[Anomaly]] | None = None
         self._last_step: int | None = None
+        self._slow: np.ndarray | None = None   # each rank's straggler cause, latest exchange
+        # the hang watchdog's thread writes a ``hang`` record while the training thread
+        # may come back and write its step
+        self._lock = threading.Lock()
 
     def begin(self, run: Mapping[str, Any], places: Places, world_size: int) -> None:
         """A segment's start: the ``run`` record (rank 0's ``run`` fields, ``run``) with the
@@ -62,9 +67,12 @@ class JobLog:
         self._write(records.RUN, {**run, JobRun.WORLD_SIZE: world_size,
                                   JobRun.HOSTS: hosts_entry(places)})
 
-    def step(self, step: int, rows: np.ndarray, own: Sequence[Anomaly]) -> None:
+    def step(self, step: int, rows: np.ndarray, own: Sequence[Anomaly],
+             slow: np.ndarray | None = None) -> None:
         """After ``step``'s exchange: ``rows``, every rank's row (job/fields.py); ``own``,
-        rank 0's anomalies of the step."""
+        rank 0's anomalies of the step; ``slow``, the cause each rank is slow by now
+        (ranks/consensus.py ``Exchange.slow``), for the stragglers of the pending event."""
+        self._slow = slow
         self._flush_event(late=job_fields.late_kinds_of(rows))
         self._write(JOB_STEP, {JobStep.STEP: step, **job_fields.reduce(rows)})
         bin_record = self._bins.add(step, rows)
@@ -84,7 +92,7 @@ class JobLog:
                 merged[kind] = sorted({*map(int, merged.get(kind, ())), *map(int, ranks)})
             by_kind = merged
         fields = event(step, by_kind, [a for a in own if a.step in (None, step)
-                                       or a.kind == PEER_STOP], self._places)
+                                       or a.kind == PEER_STOP], self._places, self._slow)
         if fields is not None:
             self._write("event", fields)
 
@@ -101,12 +109,18 @@ class JobLog:
             sink, self._sink = self._sink, None
             self._guard(sink.close)
 
+    def hang(self, fields: Mapping[str, Any]) -> None:
+        """The job's answer to a hang (job/holders.py), from the hang watchdog's thread."""
+        self._write(HANG, fields)
+
     def _write(self, kind: str, fields: Mapping[str, Any]) -> None:
-        if self._sink is None and not self._guard(self._open):
-            return
-        assert self._sink is not None
-        record = {Common.KIND: kind, Common.RANK: 0, Common.TIME: self._clock.time(), **fields}
-        self._guard(lambda: self._sink.write(record) if self._sink else None)
+        with self._lock:
+            if self._sink is None and not self._guard(self._open):
+                return
+            assert self._sink is not None
+            record = {Common.KIND: kind, Common.RANK: 0, Common.TIME: self._clock.time(),
+                      **fields}
+            self._guard(lambda: self._sink.write(record) if self._sink else None)
 
     def _open(self) -> None:
         self._sink = JsonlSink(self.path)

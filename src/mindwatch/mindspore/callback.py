@@ -25,6 +25,7 @@ from .probes.state_steps import StateSteps
 from .ranks.consensus import consensus_for
 from .ranks.distributed import current_rank, replicated_state
 from .ranks.fingerprints import Fingerprinter
+from .ranks.own_work import OwnWork
 from .reading.cb_params import (
     SINK_MODE_DROPPED,
     batch_size_of,
@@ -110,6 +111,7 @@ class TrainMonitor(Callback):
         self._said_grads_off = False
         self._layers: LayerGrouping | None = None
         self._data_time: float | None = None
+        self._work = OwnWork()                 # CPU seconds in the step (straggler's cause)
         self._sink_error: SinkError | None = None
         self._lr = LrReader()
         self._limits = GraphLimits()
@@ -336,6 +338,8 @@ class TrainMonitor(Callback):
         if self._data_mark is not None:
             self._data_time = self.monitor.clock.perf_counter() - self._data_mark
         cb = run_context.original_args()
+        self.monitor.step_begins(int(cb.cur_step_num))               # the coming step
+        self._work.begin()
         if self.train_step is not None and self._is_wrapped(cb):   # cur_step_num: the coming step
             self.train_step.state_due = self._states.due(int(cb.cur_step_num))
 
@@ -346,6 +350,7 @@ class TrainMonitor(Callback):
             self.on_train_begin(run_context)
         step = int(cb.cur_step_num)
         covered = max(step - self._last_step_num, 1)
+        work = self._work.end(covered)          # before the outputs are read
         step_time = (now - self._mark) / covered if self._mark is not None else None
         self._mark = now
         self._last_step_num = step
@@ -372,6 +377,7 @@ class TrainMonitor(Callback):
                 step=step, epoch=getattr(cb, "cur_epoch_num", None), steps=covered,
                 epoch_step=epoch_step, steps_per_epoch=steps_per_epoch,
                 step_time_s=step_time, data_time_s=self._data_time,
+                work_time_s=work,
                 batch_size=self.settings.batch_size or batch_size_of(cb), state=state,
                 replicas=self._train_cell(),
                 stop_asked=run_context.get_stop_requested())   # a callback before this one

@@ -1,7 +1,9 @@
 """Every rank learns, after every step, whether any rank wants to stop or to rewind, whether an
-anomaly touched the step anywhere, how long each rank took to get its batch ready and the
-middle of each rank's straggler window, and rank 0 every rank's row of job fields for the job
-log (job/fields.py): one SUM all-reduce of a small float32 vector (68 bytes a rank), which
+anomaly touched the step anywhere, how long each rank took to get its batch ready, the
+middle of each rank's straggler window and the medians of its own work and CPU wait (the slow
+rank's cause, detectors/slow_cause.py) and the cause it is slow by now, and rank 0 every rank's
+row of job fields for the job log (job/fields.py): one SUM all-reduce of a small float32
+vector (80 bytes a rank), which
 the adapter carries out with its framework's collective (``reduce_sum``).
 
 A stop decided on one rank must stop all ranks after the same step, or the others block in
@@ -27,10 +29,13 @@ if TYPE_CHECKING:
 # Slots per rank, in this order: stop code, data time, rewind (steps back from this step to
 # the onset, plus one: small integers stay exact in float32 where a step number would not),
 # the rewind's anomaly kind (as a stop code), touched (0/1), then the two middle values of
-# the rank's straggler window (detectors/straggler.py ``share``; zeros when it shares none).
+# the rank's straggler window (detectors/straggler.py ``share``; zeros when it shares none),
+# the medians of its own work before the step's collective (s) and of its threads' CPU wait
+# (s per s) (detectors/slow_cause.py ``share``; -1 when unknown), and the cause the rank's
+# straggler rule names it slow by now (0: none, else 1 + its index in slow_cause.CAUSES).
 # Each kind of slot is a block of one slot per rank: block i holds rank r at i * n + r.
-_STOP, _DATA, _BACK, _KIND, _TOUCHED, _LOW, _HIGH = range(7)
-_SLOTS = 7
+_STOP, _DATA, _BACK, _KIND, _TOUCHED, _LOW, _HIGH, _WORK, _WAIT, _SLOW = range(10)
+_SLOTS = 10
 # Where each rank runs, exchanged once: its host name's first bytes and its device.
 _HOST_BYTES = 64
 
@@ -53,6 +58,13 @@ class Exchange:
     # (2, ranks) float32, as exchanged: each rank's two middle data times of its straggler
     # window (low, high); None when this rank shared none
     middles: np.ndarray | None = None
+    # (ranks,) float32 each: every rank's median own work (s) and CPU wait (s per s) over its
+    # window, -1 where unknown; None when this rank shared none
+    work: np.ndarray | None = None
+    waits: np.ndarray | None = None
+    # (ranks,) int64: the cause each rank is slow by now (``_SLOW``); None when this rank
+    # shared none
+    slow: np.ndarray | None = None
 
 
 class RankConsensus:
@@ -62,10 +74,14 @@ class RankConsensus:
 
     def exchange(self, step: int, stop: int, data_time_s: float, wish: RewindWish | None,
                  touched: bool, job_row: np.ndarray | None = None,
-                 middle: tuple[float, float] | None = None) -> Exchange:
+                 middle: tuple[float, float] | None = None, *,
+                 work: tuple[float, float] | None = None, slow: int | None = None
+                 ) -> Exchange:
         """``job_row``: this rank's row for the job log (job/fields.py), exchanged in the
         same all-reduce, after the decisions' slots; the same width on every rank.
-        ``middle``: the two middle values of this rank's straggler window (``share``)."""
+        ``middle``: the two middle values of this rank's straggler window (``share``);
+        ``work``: its medians of own work and CPU wait (``SlowCause.share``); ``slow``: the
+        cause its straggler rule names it slow by (``StragglerDetector.slow_code``)."""
         import numpy as np
 
         n = self.world_size
@@ -73,6 +89,10 @@ class RankConsensus:
         vector = self._slots(step, stop, data_time_s, wish, touched, width)
         if middle is not None:
             vector[_LOW * n + self.rank], vector[_HIGH * n + self.rank] = middle
+        if work is not None:
+            vector[_WORK * n + self.rank], vector[_WAIT * n + self.rank] = work
+        if slow is not None:
+            vector[_SLOW * n + self.rank] = slow
         if job_row is not None:
             start = _SLOTS * n + self.rank * width
             vector[start:start + width] = job_row
@@ -91,7 +111,11 @@ class RankConsensus:
                         job_rows=None if job_row is None
                         else total[_SLOTS * n:].reshape(n, width),
                         middles=None if middle is None
-                        else total[_LOW * n:_SLOTS * n].reshape(2, n))
+                        else total[_LOW * n:_WORK * n].reshape(2, n),
+                        work=None if work is None else total[_WORK * n:_WAIT * n],
+                        waits=None if work is None else total[_WAIT * n:_SLOW * n],
+                        slow=None if slow is None
+                        else np.rint(total[_SLOW * n:_SLOTS * n]).astype(np.int64))
 
     def _slots(self, step: int, stop: int, data_time_s: float, wish: RewindWish | None,
                touched: bool, width: int = 0) -> np.ndarray:

@@ -44,23 +44,50 @@ def stop_reason(code: int) -> str | None:
 
 class Peers:
     def __init__(self, *, rank: int, world_size: int, policy: Policy, straggler_window: int,
-                 straggler_factor: float, detectors: Sequence[Detector] = ()):
+                 straggler_factor: float, straggler_work_factor: float = 1.15,
+                 straggler_warmup: int = 0, detectors: Sequence[Detector] = ()):
         self.rank, self.world_size, self.policy = rank, world_size, policy
-        # rank -> (host, device), when the adapter has exchanged them (once, at the start)
-        self.places: dict[int, tuple[str | None, int | None]] = {}
+        self._places: dict[int, tuple[str | None, int | None]] = {}
         self.straggler = StragglerDetector(rank=rank, world_size=world_size,
-                                           window=straggler_window, factor=straggler_factor)
+                                           window=straggler_window, factor=straggler_factor,
+                                           work_factor=straggler_work_factor,
+                                           warmup=straggler_warmup)
         # the other rules that read every rank's data time (throughput_drop names the ranks)
         self._detectors = list(detectors)
+        # every rank's medians of own work and CPU wait, and the cause each is slow by, from
+        # this step's exchange, handed in by ranks/rank_sync.py for the next ``findings``
+        # (which clears it)
+        self.shared_work: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
+
+    @property
+    def places(self) -> dict[int, tuple[str | None, int | None]]:
+        """rank -> (host, device), when the adapter has exchanged them (once, at the
+        start); setting them names this rank's place in its straggler messages."""
+        return self._places
+
+    @places.setter
+    def places(self, places: dict[int, tuple[str | None, int | None]]) -> None:
+        self._places = places
+        host, device = places.get(self.rank, (None, None))
+        self.straggler.where = f" ({place_text(host, device)})" if host is not None else ""
 
     def findings(self, *, step: int, stop_codes: Sequence[int] | np.ndarray,
                  data_times: Sequence[float] | np.ndarray, step_time_s: float | None,
-                 stopping: bool, middles: np.ndarray | None = None) -> list[Anomaly]:
+                 stopping: bool, middles: np.ndarray | None = None,
+                 work: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
+                 ) -> list[Anomaly]:
         """Stragglers, and a ``peer_stop`` for the first other rank that stops, unless this
         rank is ``stopping`` already (its own stop, or an earlier peer's). ``middles``: what
         the ranks' straggler rules shared (``Exchange.middles``), None: the rule keeps every
-        rank's data times itself."""
-        found = self.straggler.update_peers(step, data_times, step_time_s, middles)
+        rank's data times itself; ``work``: every rank's medians of own work and CPU wait and
+        the cause each is slow by (``Exchange.work``, ``waits``, ``slow``), None:
+        ``shared_work``, else the data rule alone."""
+        if work is None:
+            work = self.shared_work
+        self.shared_work = None
+        found = self.straggler.update_peers(step, data_times, step_time_s, middles,
+                                            None if work is None else work[:2],
+                                            None if work is None else work[2])
         if self._detectors:
             # The exchange's array as it is: its readers (throughput_drop's pace) keep it in
             # numpy rings, so no per-rank list is made per step. detectors/base.py declares

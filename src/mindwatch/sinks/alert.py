@@ -40,10 +40,13 @@ def wants_alert(record: Mapping[str, Any]) -> bool:
     copies of a gradient anomaly that another rank's gradients caused (``origin_rank``) and
     the ends of the ranks that stopped with it would be one post per rank, a thousand for one
     event on a large job. Each rank still posts what happened to it (its own anomalies, its
-    hang, its crash, a signal it received)."""
+    hang when no other rank answers for the job, its crash, a signal it received)."""
     kind = record.get(Common.KIND)
     if kind == records.ANOMALY:
         anomaly = record.get(Anomaly.ANOMALY)
+        if anomaly == HANG:     # on several ranks, the job's answer alone is posted
+            answered = record.get(Anomaly.ANSWERED_BY)
+            return answered is None or answered == record.get(Common.RANK)
         origin = record.get(Anomaly.ORIGIN_RANK)
         # a gradient anomaly every rank found alike is posted by the rank that caused it
         if anomaly == PEER_STOP or (origin is not None and origin != record.get(Common.RANK)):

@@ -93,6 +93,7 @@ class TrainMonitor:
                                local_rank=rank.local_rank, stream=stream, clock=clock,
                                framework=framework, **settings)
         self._local_norms: LocalNorms | None = None
+        self._ended: float | None = None    # the previous step's end, after the exchange
         # the model trains in DistributedDataParallel (protect's model=, or a trainer's own
         # wrapper): every rank holds the same state, one checkpoint is the job's
         self._ddp_wrapped = False
@@ -177,7 +178,8 @@ class TrainMonitor:
         if self.monitor.world_size > 1 and initialised():
             ddp = ddp_of(model)
             if ddp is not None and self._local_norms is None:
-                self._local_norms = LocalNorms.on(ddp, self.monitor.notice)
+                self._local_norms = LocalNorms.on(ddp, self.monitor.notice,
+                                                  self.monitor.clock.perf_counter)
             self.train_step.shared = SharedVerdict(self.monitor.rank, self.monitor.world_size,
                                                    self._local_norms)
         # checkpoints, state records and activations name the model's own modules, without
@@ -213,6 +215,7 @@ class TrainMonitor:
         whose scaled loss is backpropagated while the loss is recorded (such steps are not
         replayed)."""
         self._begin()
+        self.monitor.step_begins(self.monitor.last_step + 1)
         step = self.train_step
         if callable(loss) and not isinstance(loss, torch.Tensor):
             if step is not None and scaler is None and self.settings.replay:
@@ -259,11 +262,15 @@ class TrainMonitor:
             if state is not None and self._activations is not None:
                 state["activations"] = self._activations.read()
         weighed = self._observing.weight_norm if self._observing is not None else None
+        if self._local_norms is not None:     # where this rank entered the collective
+            fields.setdefault("work_time_s", self._local_norms.work_since(
+                self._ended, fields.get("data_time_s")))
         try:
             found = self.monitor.end_step(step=step, state=state, replicas=self._state,
                                           **fields)
         finally:
             self._observing = None
+            self._ended = self.monitor.clock.perf_counter()
         if weighed is not None and self._scale is not None:   # judges the steps to come
             self._scale = WeightScale(norm=weighed, count=self._scale.count,
                                       rule=self._scale.rule)

@@ -11,6 +11,7 @@ from ...anomaly import HANG
 from ...basics.rank_set import rank_set, ranks_in
 from ...job_schema import Event, JobEnd, JobHang
 from ...records import Anomaly, Common, End
+from ...runlog.heartbeats import read_answer
 from ...runlog.job.condense import HANG_RECORDS
 from ...runlog.job.view import JOB_LOG, SEGMENT
 
@@ -35,6 +36,7 @@ def hangs_of(view: JobView) -> list[dict[str, Any]]:
         entry = {k: v for k, v in hang.items() if k not in _RECORD_KEYS}
         entry["records"] = [_hang_fields(r) for r in hang.get(HANG_RECORDS) or ()]
         found.append(entry)
+    found = _with_answer(view, found)
     if view.source != JOB_LOG:
         return found
     for entry in found:
@@ -49,6 +51,25 @@ def hangs_of(view: JobView) -> list[dict[str, Any]]:
                           "records": _records_of(view, ranks_in(event.get(Event.RANKS)),
                                                  event.get(Event.STEP))})
     return found or _searched(view)
+
+
+def _with_answer(view: JobView, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The job's answer from the heartbeats (``heartbeats/hang_answer.json``) when the job
+    log holds none of the latest segment: the ranks never exchanged (a rank that never
+    started), or rank 0 was gone. It stands for the rank logs' hang of its step."""
+    if any(h.get(JobHang.HOLDER_COUNT) is not None for h in found):
+        return found
+    answer = read_answer(view.directory)
+    started = view.runs[-1].get(Common.TIME) if view.runs else None
+    if answer is None or answer.get(JobHang.HOLDER_COUNT) is None or not isinstance(
+            answer.get(Common.TIME), (int, float)) or \
+            (isinstance(started, (int, float)) and answer[Common.TIME] < started):
+        return found
+    entry = {k: v for k, v in answer.items() if k not in _RECORD_KEYS}
+    entry["records"] = []
+    # the rank logs' hang of that stall: its step, or none before the first step
+    steps = {answer.get(JobHang.STEP), answer.get(JobHang.STEP) or None}
+    return [h for h in found if h.get(JobHang.STEP) not in steps] + [entry]
 
 
 def _hang_fields(record: dict[str, Any]) -> dict[str, Any]:

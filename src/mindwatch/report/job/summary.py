@@ -32,6 +32,8 @@ from ..watched import NO_VALUES, NOT_WATCHED
 from .hangs import hangs_of, hung_ranks
 from .standouts import standouts
 
+SHOWN_HEARD = 16            # silent ranks whose heartbeat is read (the text names 3 groups)
+
 if TYPE_CHECKING:
     from ...runlog.job.view import JobView
 
@@ -84,8 +86,10 @@ def event_text(event: dict[str, Any], world_size: int,
                                  f" on all {fmt.count(world_size, 'rank')}")
     checkpoint = event.get(Event.CHECKPOINT)
     verdict = event.get(Event.REPLAY_VERDICT)
-    return (f"{', '.join(map(str, event.get(Event.KINDS) or ()))} at step "
-            f"{event.get(Event.STEP)} on {where}" + (f": {verdict}" if verdict else "")
+    step = event.get(Event.STEP)
+    when = f"at step {step}" if step else "before the first step"
+    return (f"{', '.join(map(str, event.get(Event.KINDS) or ()))} {when} on {where}"
+            + (f": {verdict}" if verdict else "")
             + f" [{acted}" + (f" -> {checkpoint}" if checkpoint else "") + "]"
             + ("" if event.get(SEGMENT, segments) == segments else
                f" (segment {event.get(SEGMENT)} of {segments})"))
@@ -133,13 +137,16 @@ def job_summary(view: JobView, ranks: dict[str, Any] | None = None) -> dict[str,
     import numpy as np
 
     from ...runlog.job.silent_ranks import NO_RECORD
+    from ...runlog.job.silent_ranks import heard as heartbeats_of
     from ..summary import GOODPUT, NO_END
 
     latest = [e for e in view.events if e.get(SEGMENT, view.segments) == view.segments]
     hangs = hangs_of(view)
+    # where each silent rank was when it went quiet, from its heartbeat (a few ranks' files)
+    heard = heartbeats_of(view.directory, list(view.silent)[:SHOWN_HEARD])
     # a hang the job log has no event for (it tells hangs apart) is one anomaly more
-    count = len(latest) + len({h.get(JobHang.STEP) for h in hangs}
-                              - {e.get(Event.STEP) for e in latest})
+    count = len(latest) + len({h.get(JobHang.STEP) or None for h in hangs}   # 0: none yet
+                              - {e.get(Event.STEP) or None for e in latest})
     if ranks is not None:
         # a rank log without a record has no ending: its silence is named instead
         endings = [r["end"] for r in ranks["ranks"] if view.silent.get(r["rank"]) != NO_RECORD]
@@ -167,7 +174,8 @@ def job_summary(view: JobView, ranks: dict[str, Any] | None = None) -> dict[str,
         "standouts": [{**entry, "host": view.places.get(entry["rank"], (None, None))[0]}
                       for entry in standouts(view)],
         "silent": [{"rank": rank, "host": view.places.get(rank, (None, None))[0],
-                    "why": why} for rank, why in view.silent.items()],
+                    "why": why, **({"heard": heard[rank]} if rank in heard else {})}
+                   for rank, why in view.silent.items()],
         "hangs": hangs, GOODPUT: figures}
     out = dict(ranks or {})
     out.update({

@@ -20,6 +20,7 @@ from typing import Any
 
 from ...basics import format as fmt
 from ...basics.rank_set import rank_list_text, ranks_in
+from ...job_schema import JobHang
 from ...records import Common
 from ...runlog.goodput import goodput_text
 from ..summary import GOODPUT, hang_text, skipped_note
@@ -100,7 +101,12 @@ def _hung(hangs: list[dict[str, Any]]) -> str:
     parts = []
     for hang in hangs:
         shown = hang.get("records") or []
-        if shown:
+        if hang.get(JobHang.HOLDER_COUNT) is not None and hang.get(JobHang.MESSAGE):
+            # answered from every rank's heartbeat: whom the job waits for, and the others
+            step = hang.get(JobHang.STEP)
+            parts.append((f"after step {step}" if step else "before the first step")
+                         + f": {hang[JobHang.MESSAGE]}")
+        elif shown:
             told = "; ".join(hang_text(record) for record in shown[:SHOWN_HANGS])
             count = hang.get("ranks", "")
             parts.append(told + (f"; and the other ranks of {count}" if
@@ -124,7 +130,9 @@ def _silent(silent: list[dict[str, Any]]) -> str:
     parts = []
     for why, entries in list(groups.items())[:SHOWN_SILENT]:
         if len(entries) == 1:
-            parts.append(f"{place_of(entries[0][Common.RANK], entries[0]['host'])}: {why}")
+            heard = entries[0].get("heard")
+            parts.append(f"{place_of(entries[0][Common.RANK], entries[0]['host'])}: {why}"
+                         + (f"; {heard}" if heard else ""))
         else:
             ranks = [e[Common.RANK] for e in entries]
             parts.append(f"ranks {rank_list_text(ranks, 40)} ({len(ranks)} ranks): {why}")

@@ -17,6 +17,7 @@ from rich.text import Text
 from ... import records
 from ...basics import format as fmt
 from ...basics.rank_set import rank_list_text
+from ...job_schema import JobHang
 from ...records import End, Run, Step
 from ..summary import skipped_note
 from ..watch_state import JobState
@@ -81,8 +82,11 @@ def render_job(state: JobState, *, elapsed_s: float | None = None, final: bool =
                           f"{'s' if many else ''} {touched}", style="red"))
     hung = hung_ranks(state.hangs)
     if state.hangs:
-        parts.append(Text(f"hung after step {state.hangs[-1].get(Step.STEP)}"
-                          + (f", waiting for ranks {rank_list_text(hung)}" if hung else ""),
+        latest = state.hangs[-1]
+        said = latest.get(JobHang.MESSAGE)     # the job's answer: whom, where, the others
+        parts.append(Text(f"hung after step {latest.get(Step.STEP)}"
+                          + (f": {said}" if said else
+                             f", waiting for ranks {rank_list_text(hung)}" if hung else ""),
                           style="bold red"))
     if state.skipped[0]:
         parts.append(Text(f"job log: {skipped_note(*state.skipped)} (torn or not job-log "

@@ -18,8 +18,12 @@ from dataclasses import dataclass
 from ... import records
 from ...basics.run_dir import rank_logs
 from ...records import Common, Step
+from .. import heartbeats
 
 NO_RECORD = "no record since start-up"
+# The holders of a hang (job/holders.py) whose process is gone or never reached mindwatch:
+# silent, where a stuck one is told in the hang's line.
+GONE_HOLDERS = ("silent", "absent")
 NO_LOG = "no rank log"
 # A rank log's last block holds its latest step and end records: 4 KiB for most (a step
 # record is ~500 bytes), 64 KiB when a state record (tens of KB) came last.
@@ -116,3 +120,36 @@ def missing(ranks: Iterable[int], world_size: int) -> dict[int, str]:
     """Rank -> NO_LOG for each rank below ``world_size`` not in ``ranks``."""
     present = set(ranks)
     return {rank: NO_LOG for rank in range(world_size) if rank not in present}
+
+
+def heard(directory: str, ranks: Iterable[int]) -> dict[int, str]:
+    """Rank -> what its heartbeat last said (runlog/heartbeats.py), for ``ranks`` that have
+    one: where a silent rank was when it went quiet."""
+    found = {}
+    for rank in ranks:
+        beat = heartbeats.read_beat(heartbeats.beat_path(directory, rank))
+        if beat is not None and beat.rank == rank:
+            found[rank] = heartbeats.last_heard(beat)
+    return found
+
+
+# A rank whose last heartbeat is this many of its periods older than every other's stopped
+# first: a live rank's heartbeat is at most one period old when it dies.
+FIRST_STOP_PERIODS = 0.5
+
+
+def stopped_first(directory: str, ranks: Iterable[int]) -> dict[int, str]:
+    """When a job died as one (no rank wrote an end record, all at the same step: a launcher
+    took the others down), the rank whose heartbeat stopped clearly before every other's:
+    the likeliest to have died first. Empty when the heartbeats do not tell (or are absent)."""
+    beats = heartbeats.read_beats(directory)
+    wanted = [rank for rank in ranks if rank in beats]
+    if len(wanted) < 2:
+        return {}
+    ordered = sorted(wanted, key=lambda rank: beats[rank].time)
+    first, second = beats[ordered[0]], beats[ordered[1]]
+    gap = second.time - first.time
+    if gap <= FIRST_STOP_PERIODS * max(b.interval_s for b in beats.values()):
+        return {}
+    return {first.rank: f"its heartbeat stopped first, {gap:.1f} s before any other rank's "
+                        "(the likeliest to have died first)"}

@@ -165,12 +165,22 @@ def _job_silent(view: JobView) -> dict[int, str]:
     """Silent ranks of a view read from the job log (module docstring)."""
     silent = silent_ranks.empty_logs(view.directory)
     for hang in view.hangs:
-        if hang.get(SEGMENT) == view.segments:
-            for rank in ranks_in(hang.get(JobHang.WAITING_FOR)):
-                silent.setdefault(rank, silent_ranks.last_seen(hang.get(JobHang.STEP), None))
+        if hang.get(SEGMENT) != view.segments:
+            continue
+        holders = hang.get(JobHang.HOLDERS)
+        if isinstance(holders, list):       # answered from heartbeats: the ranks gone
+            silent.update({h["rank"]: h["text"] for h in holders if isinstance(h, dict)
+                           and h.get("state") in silent_ranks.GONE_HOLDERS
+                           and isinstance(h.get("rank"), int) and h["rank"] not in silent})
+            continue
+        for rank in ranks_in(hang.get(JobHang.WAITING_FOR)):
+            silent.setdefault(rank, silent_ranks.last_seen(hang.get(JobHang.STEP), None))
     tails = {rank: found for rank, path in rank_logs(view.directory)
              if rank not in silent and (found := silent_ranks.tail(path)) is not None}
     silent.update(silent_ranks.quiet(tails, job_ended=view.latest_end is not None))
+    if not silent and view.latest_end is None and tails and \
+            not any(t.ended for t in tails.values()):
+        silent = silent_ranks.stopped_first(view.directory, tails)
     return dict(sorted(silent.items()))
 
 
@@ -250,4 +260,6 @@ def _condensed_silent(every: list[tuple[RankLog, RankScan]], world: int) -> dict
                                           time=times)
     ended = any(t.ended for t in tails.values())
     silent.update(silent_ranks.quiet(tails, job_ended=ended))
+    if not silent and not ended and tails and every:
+        silent = silent_ranks.stopped_first(os.path.dirname(every[0][0].path), tails)
     return dict(sorted(silent.items()))

@@ -109,6 +109,7 @@ class HFCallback(TrainerCallback):
         # AMP's GradScaler (fp16 on an accelerator), whose scale the gradient reaching the
         # loss includes: Accelerate's optimizer wrapper holds it
         self._scaler = getattr(optimizer, "scaler", None)
+        self.train_monitor.monitor.step_begins(state.global_step + 1)
 
     def on_step_end(self, args, state, control, **kwargs):
         # where the Trainer saves this step (_save_checkpoint), for the resume advice of a

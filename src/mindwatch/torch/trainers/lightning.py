@@ -95,6 +95,7 @@ class LightningCallback(Callback):
         size = samples_in(batch)
         self._samples = None if size is None or self._samples is None else \
             self._samples + size
+        self.train_monitor.monitor.step_begins(trainer.global_step + 1)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step <= self._observed:       # accumulating: no step yet
