@@ -4,10 +4,11 @@ for CUDA buckets, whose hook runs before the device computed them."""
 from types import SimpleNamespace
 
 import pytest
-import torch
 
-from mindwatch.torch.ranks import local_norms
-from mindwatch.torch.ranks.local_norms import LocalNorms
+torch = pytest.importorskip("torch", reason="make test-torch runs these, in .venv-torch")
+
+from mindwatch.torch.ranks import local_norms  # noqa: E402
+from mindwatch.torch.ranks.local_norms import LocalNorms  # noqa: E402
 
 
 class Clock:

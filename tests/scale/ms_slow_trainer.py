@@ -1,9 +1,9 @@
 """One rank of the scale tests' slow-rank jobs (not a test module): ``Model.train`` over a
 data-parallel Cell (``monitor.wrap``) under msrun, one rank slower than the others.
 
-    msrun ... ms_slow_trainer.py LOG_DIR CAUSE RANK
+    msrun ... ms_slow_trainer.py LOG_DIR CAUSE RANKS
 
-CAUSE, on rank RANK only:
+CAUSE, on the ranks of RANKS only (a rank set: "5", "4-7"):
 
 - ``compute``: its network does an extra EXTRA x EXTRA matmul chain inside the step's graph
   (more CPU work before the gradient all-reduce; ~1.4x the others' CPU time per step here);
@@ -24,6 +24,7 @@ from mindspore import nn, ops
 from mindspore.communication import get_rank, init
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mindspore"))
+from mindwatch.basics.rank_set import parse_rank_set
 from mindwatch.mindspore import TrainMonitor
 from ms_helpers import make_regressor, regression_arrays
 
@@ -71,7 +72,7 @@ def main(log_dir, cause, slow_rank):
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
                                  gradients_mean=True)
     rank = get_rank()
-    slow = rank == int(slow_rank)
+    slow = rank in parse_rank_set(slow_rank)
     ds.config.set_prefetch_size(2)          # a slow source shows within a few steps
     x, y = regression_arrays(8 * STEPS, seed=rank)
     data = ds.GeneratorDataset(Batches(x, y, DATA_S if slow and cause == "data" else 0.0),

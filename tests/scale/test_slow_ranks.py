@@ -79,6 +79,30 @@ def data_job(tmp_path_factory):
     return _msrun_job(tmp_path_factory.mktemp("slow_data"), "data", 5)
 
 
+def test_msrun_a_node_whose_ranks_are_all_slow_is_named_as_the_host(tmp_path):
+    """Two msrun invocations (two_nodes.py: node-a ranks 0-3, node-b ranks 4-7), every rank of
+    node-b slower in compute: each names itself, and the job's event names the host."""
+    pytest.importorskip("mindspore.communication", reason="make test-scale runs these in .venv")
+    from two_nodes import two_nodes
+    log_dir = tmp_path / "run"
+    with two_nodes() as nodes:
+        commands = [node.command(
+            [sys.executable, "-m", "mindspore.parallel.cluster.run", "--worker_num=8",
+             "--local_worker_num=4", "--master_port=8120", f"--node_rank={index}",
+             f"--master_addr={nodes[0].address}", f"--log_dir={tmp_path / f'msrun_{index}'}",
+             "--join=True", str(HERE / "ms_slow_trainer.py"), str(log_dir), "compute", "4-7"])
+            for index, node in enumerate(nodes)]
+        launched = launch(commands, env=msrun_environment(), cwd=tmp_path,
+                          names=["msrun_node_a", "msrun_node_b"], timeout=240)
+    assert launched.statuses == [0, 0], launched.outputs
+    found = _stragglers(log_dir)
+    assert {rank: [a["cause"] for a in found[rank]] for rank in found if found[rank]} == \
+        {rank: ["compute"] for rank in range(4, 8)}, found
+    messages = [e["message"] for e in _events(log_dir) if "straggler" in e["kinds"]]
+    assert any(m.endswith("slow now: all 4 ranks of host node-b (ranks 4-7) by their "
+                          "compute: the host") for m in messages), messages
+
+
 def test_msrun_rank_slow_in_compute_is_named_with_its_cause(compute_job):
     _assert_named(compute_job, 5, "compute", 8)
 

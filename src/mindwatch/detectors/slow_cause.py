@@ -170,21 +170,22 @@ class SlowCause:
 
 def _spread(np: Any, medians: np.ndarray, rank: int, middle: float) -> float:
     """How far above the others' median a healthy rank's median may stand by chance among
-    this many ranks: ``(sqrt(2 ln n) + SPREAD_MARGIN)`` robust standard deviations (1.4826 x
-    the others' median absolute deviation). The largest of n healthy medians lies about
-    sqrt(2 ln n) deviations above their middle (2.0 at 8 ranks, 4.1 at 4096), so a fixed
-    ratio alone names a healthy rank on a large job; a rank 20% slower stands out while
-    the ranks' medians spread by less than ~5% (8 ranks) to ~3.5% (4096). Read only for a
-    rank past ``factor`` already (rare), so a step costs it nothing."""
+    this many ranks: ``(sqrt(2 ln n) + SPREAD_MARGIN)`` robust standard deviations. The
+    largest of n healthy medians lies about sqrt(2 ln n) deviations above their middle (2.0
+    at 8 ranks, 4.1 at 4096), so a fixed ratio alone names a healthy rank on a large job; a
+    rank 20% slower stands out while the ranks' medians spread by less than ~5% (8 ranks) to
+    ~3% (4096). The deviation is read from the faster half (the others' median less their
+    lower quartile, / 0.6745): the slow ranks, up to half of them (a whole node of two),
+    do not widen it as they would a median absolute deviation. Read only for a rank past
+    ``factor`` already (rare), so a step costs it nothing."""
     import math
 
-    values = medians.astype(np.float64)
-    others = np.delete(values, rank)
+    others = np.delete(medians.astype(np.float64), rank)
     others = others[others >= 0]
     if len(others) < 2:
         return 0.0
-    deviation = 1.4826 * float(np.median(np.abs(others - middle)))
-    return (math.sqrt(2 * math.log(len(others) + 1)) + SPREAD_MARGIN) * deviation
+    deviation = (middle - float(np.percentile(others, 25))) / 0.6745
+    return (math.sqrt(2 * math.log(len(others) + 1)) + SPREAD_MARGIN) * max(deviation, 0.0)
 
 
 def _mine_and_others(np: Any, medians: np.ndarray, rank: int) -> tuple[float, float] | None:
