@@ -5,9 +5,11 @@ stall (each stalled rank writes one at once; a live one within a period; a dead 
 stale), then names the rank(s) the job waits for (job/holders.py) in its own hang anomaly,
 the job log's ``hang`` record and ``heartbeats/hang_answer.json``.
 
-Under ``on_anomaly={"hang": "abort"}`` the other ranks wait for that answer before they
-exit (at most ``settle_s`` + ``EXIT_GRACE_S``): a launcher takes the whole job down when one
-rank exits, and the answer must be on disk first.
+Under ``on_anomaly={"hang": "abort"}`` a launcher takes the whole job down when one rank
+exits, so the answer and every rank's records must be on disk first: the other ranks write
+their end once the answer is there (``wait_for_answer``: at most ``settle_s`` +
+``EXIT_GRACE_S``), and every rank exits once the ranks the job does not wait for have ended
+(``wait_for_ends``).
 
 Everything here runs on the watchdog's thread, while the training thread is stuck.
 """

@@ -26,17 +26,17 @@ from ..basics.clock import Clock
 from ..basics.run_dir import write_text_atomically
 from ..decisions.hang_report import in_data_loader, stack_of, where_in
 from ..runlog import heartbeats as hb
+from .watchdog import MIN_AUTO_TIMEOUT_S
 
 # An eighth of the hang timeout: a stalled rank's beat is at most that old when the watchdog
 # of another rank fires, and a dead one is stale (3 periods) well before an answer is due.
 PERIODS_PER_TIMEOUT = 8.0
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.5, 30.0
-AUTO_TIMEOUT_S = 600.0              # the watchdog's automatic timeout is at least this
 
 
 def interval_for(timeout_s: float | None) -> float:
     """Seconds between beats for a hang timeout of ``timeout_s`` (None: automatic)."""
-    timeout = AUTO_TIMEOUT_S if timeout_s is None else timeout_s
+    timeout = MIN_AUTO_TIMEOUT_S if timeout_s is None else timeout_s
     return min(max(timeout / PERIODS_PER_TIMEOUT, MIN_INTERVAL_S), MAX_INTERVAL_S)
 
 

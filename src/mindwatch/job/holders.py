@@ -76,9 +76,10 @@ def answer(beats: Mapping[int, Beat], world_size: int, *, now: float, step: int,
     waiting = _groups({r: b for r, b in beats.items() if r not in states})
     fields: dict[str, Any] = {
         JobHang.STEP: step, JobHang.WAITING_FOR: rank_set(holders),
-        "holder_count": len(holders),
-        "holders": [_holder(r, states[r], beats.get(r), places, now) for r in holders[:SHOWN]],
-        "waiting": waiting, "unseen": rank_set(unseen) if unseen else None}
+        JobHang.HOLDER_COUNT: len(holders),
+        JobHang.HOLDERS: [_holder(r, states[r], beats.get(r), places, now)
+                          for r in holders[:SHOWN]],
+        JobHang.WAITING: waiting, JobHang.UNSEEN: rank_set(unseen) if unseen else None}
     fields[JobHang.MESSAGE] = _message(fields, holders, waiting, unseen, beats)
     return fields
 
@@ -106,7 +107,7 @@ def _groups(beats: Mapping[int, Beat]) -> list[dict[str, Any]]:
 
 def _message(fields: Mapping[str, Any], holders: list[int], waiting: list[dict[str, Any]],
              unseen: list[int], beats: Mapping[int, Beat]) -> str:
-    shown = fields["holders"]
+    shown = fields[JobHang.HOLDERS]
     if holders:
         first = shown[0]
         where = f" ({place_text(first[HOST], first[DEVICE])})" if first[HOST] else ""
