@@ -92,9 +92,9 @@ test-torch: $(TORCH_VENV)/.installed
 
 # Real jobs past two ranks (tests/scale, marked scale; make test leaves them out): msrun with 8
 # and with 16 ranks on this host, msrun with 8 and torchrun with 4 on two nodes (each node a
-# network and UTS namespace of its own: tests/scale/two_nodes.py; needs root, as CI has). One
-# job at a time, in one pytest process a venv: 16 ranks already share the 2 cores. ~2 minutes
-# on the 2-core host; each job's time is its fixture's setup in the durations listed. Both
+# network and UTS namespace of its own: tests/scale/two_nodes.py; needs root, as CI has), a
+# NaN, a hang held by one rank, a slow rank in each. One job at a time, in one pytest process
+# a venv: 16 ranks already share the 2 cores. ~7 minutes on the 2-core host; each job's time is its fixture's setup in the durations listed. Both
 # venvs' tests run, whichever fails.
 test-scale: $(STAMP) $(TORCH_VENV)/.installed
 	@status=0; \

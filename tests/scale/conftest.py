@@ -1,5 +1,5 @@
 """The scale tests (marked scale): real jobs of 4 to 16 ranks, on one host and on two
-(two_nodes.py), ~2 minutes on the 2-core CI host. ``make test-scale`` runs them (MindSpore's in
+(two_nodes.py), ~7 minutes on the 2-core CI host. ``make test-scale`` runs them (MindSpore's in
 .venv, PyTorch's in .venv-torch); plain ``make test`` and ``make test-compat`` leave them out:
 their jobs would share the cores with the suite's other tests (whose timing premises they
 break, tests/waits_scheduling.py) and add minutes to each MindSpore pair. A marker
