@@ -15,7 +15,6 @@ FAULT, on rank RANK only:
 ``hang_timeout_s`` is HANG_TIMEOUT_S and every rank aborts on a hang: the job ends with the
 launcher's status, the answer in rank 0's job log.
 """
-import gc
 import os
 import signal
 import sys
@@ -23,11 +22,12 @@ import time
 
 import mindspore as ms
 from mindspore import dataset as ds
-from mindspore import nn
 from mindspore.communication import get_rank, init
 from mindspore.train import Callback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mindspore"))
+from ms_rank import start, train
+
 from mindwatch.mindspore import TrainMonitor
 from ms_helpers import make_regressor, regression_arrays
 
@@ -94,13 +94,8 @@ def main(log_dir, fault, fault_rank, fault_step):
         callbacks.insert(0, StuckBefore(fault_step))
     if faulty and fault == "kill":
         callbacks.append(KilledAfter(fault_step - 1))
-    net = make_regressor()
-    step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()),
-                        nn.Adam(net.trainable_params(), learning_rate=0.01))
-    ms.train.Model(step).train(1, data, callbacks=callbacks, dataset_sink_mode=False)
+    train(monitor, make_regressor(), data, callbacks)
 
 
 if __name__ == "__main__":
-    gc.freeze()
-    ms.device_context.cpu.op_tuning.threads_num(1)
-    main(*sys.argv[1:5])
+    start(main, 4)

@@ -9,16 +9,16 @@ gradients are NaN on every rank. ``loss_nonfinite`` and ``gradient_nonfinite`` s
 every other rule warns, as by default. ALERT_WEBHOOK in the environment: every rank posts its
 alerts there.
 """
-import gc
 import os
 import sys
 
 import mindspore as ms
 from mindspore import dataset as ds
-from mindspore import nn
 from mindspore.communication import get_rank, init
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mindspore"))
+from ms_rank import start, train
+
 from mindwatch.mindspore import TrainMonitor
 from ms_helpers import make_regressor, regression_arrays
 
@@ -41,14 +41,8 @@ def main(log_dir, nan_rank, nan_step):
                            straggler_window=2 * STEPS,
                            on_anomaly={"loss_nonfinite": "stop", "gradient_nonfinite": "stop"},
                            alert_webhook=os.environ.get("ALERT_WEBHOOK"))
-    net = make_regressor()
-    step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()),
-                        nn.Adam(net.trainable_params(), learning_rate=0.01))
-    ms.train.Model(step).train(1, data, callbacks=[monitor], dataset_sink_mode=False)
+    train(monitor, make_regressor(), data)
 
 
 if __name__ == "__main__":
-    gc.freeze()            # the imports' objects, out of MindSpore's gc.collect() a compile
-    # one CPU kernel thread a rank: 16 ranks share two cores (tests/conftest.py's note)
-    ms.device_context.cpu.op_tuning.threads_num(1)
-    main(*sys.argv[1:4])
+    start(main, 3)

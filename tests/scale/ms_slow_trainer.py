@@ -12,7 +12,6 @@ CAUSE, on the ranks of RANKS only (a rank set: "5", "4-7"):
 
 Every rule warns (the default); the hardware sampler is off (no host cause to find).
 """
-import gc
 import os
 import sys
 import time
@@ -24,6 +23,8 @@ from mindspore import nn, ops
 from mindspore.communication import get_rank, init
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mindspore"))
+from ms_rank import start, train
+
 from mindwatch.basics.rank_set import parse_rank_set
 from mindwatch.mindspore import TrainMonitor
 from ms_helpers import make_regressor, regression_arrays
@@ -80,13 +81,8 @@ def main(log_dir, cause, slow_rank):
                                num_parallel_workers=1)
     monitor = TrainMonitor(log_dir, hardware_interval_s=None, print_interval=100)
     net = Slower(make_regressor(), slow and cause == "compute")
-    step = monitor.wrap(nn.WithLossCell(net, nn.MSELoss()),
-                        nn.Adam(net.trainable_params(), learning_rate=0.01))
-    ms.train.Model(step).train(1, data, callbacks=[monitor], dataset_sink_mode=False)
+    train(monitor, net, data)
 
 
 if __name__ == "__main__":
-    gc.freeze()            # the imports' objects, out of MindSpore's gc.collect() a compile
-    # one CPU kernel thread a rank: 8 ranks share two cores (tests/conftest.py's note)
-    ms.device_context.cpu.op_tuning.threads_num(1)
-    main(*sys.argv[1:4])
+    start(main, 3)
