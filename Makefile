@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-compat test-torch test-scale lint venv bench docs clean
+.PHONY: demo test test-compat test-torch test-trackers test-scale lint venv bench docs clean
 
 venv: $(STAMP)
 
@@ -89,6 +89,21 @@ $(TORCH_VENV)/.installed: requirements-torch.lock pyproject.toml
 test-torch: $(TORCH_VENV)/.installed
 	$(TORCH_VENV)/bin/python -m pytest -n $(TORCH_WORKERS) -p no:cacheprovider tests/pytorch \
 	  $(PYTEST_ARGS)
+
+# The experiment trackers (report_to) in their own venv (requirements-trackers.lock: MLflow,
+# no MindSpore, no torch), built once and rebuilt when the lock changes; their tests are
+# tests/trackers/, against a real tracking server each starts.
+TRACKERS_VENV := .venv-trackers
+$(TRACKERS_VENV)/.installed: requirements-trackers.lock pyproject.toml
+	rm -rf $(TRACKERS_VENV)
+	$(PYTHON) -m venv $(TRACKERS_VENV)
+	$(TRACKERS_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION)
+	$(call INSTALL,$(TRACKERS_VENV)) -r requirements-trackers.lock
+	$(call INSTALL,$(TRACKERS_VENV)) --no-deps --no-build-isolation -e .
+	touch $@
+
+test-trackers: $(TRACKERS_VENV)/.installed
+	$(TRACKERS_VENV)/bin/python -m pytest -p no:cacheprovider tests/trackers $(PYTEST_ARGS)
 
 # Real jobs past two ranks (tests/scale, marked scale; make test leaves them out): msrun with 8
 # and with 16 ranks on this host, msrun with 8 and torchrun with 4 on two nodes (each node a

@@ -107,6 +107,9 @@ BLOCKS: dict[str, Run | Signature | Skip] = {
         then="assert [sorted(e['eval']) for e in records('runs/exp1', 'epoch')] == "
              "[['accuracy', 'eval_loss']] * 10"),
     "docs/pipelines.md#the-functional-loop:1": Run("mindspore", "classifier", _completed(2)),
+    "docs/trackers.md#mlflow:1": Skip(
+        "it needs MLflow, which the suite's venv does not hold: tests/trackers/test_mlflow.py "
+        "(make test-trackers) runs report_to='mlflow' against a real MLflow server"),
     "docs/mindformers.md#the-yaml-entry:1": Skip(
         "a script of one's own around MindFormers' Trainer: it needs a model YAML whose "
         "dataset is on disk (pretrain_llama2_7b.yaml and its MindRecord files); "

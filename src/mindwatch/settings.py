@@ -8,7 +8,7 @@ configures everything and the ``run`` record can store the effective values.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ from typing import Any
 from .basics.checks import check_bool, check_choice, check_int, check_number, check_token
 from .policy import did_you_mean, resolve_policies
 from .sinks.alert_body import ALERT_FORMATS
+from .sinks.trackers.report_to import parse_report_to
 from .sinks.webhook import check_webhook, redacted_url
 
 SIGNAL_POLICIES = ("checkpoint_and_stop", "stop", None)
@@ -313,6 +314,13 @@ class MonitorSettings:
     alert_format: str = setting(
         "json", "The body of an alert: `'json'` (the plain object), `'slack'`, `'feishu'` or "
         "`'dingtalk'` (those services' text messages).")
+    # experiment trackers
+    report_to: str | Sequence[str] | Mapping[str, Any] | None = setting(
+        None, "Experiment trackers fed by rank 0 from a thread of their own: `'mlflow'`, a "
+        "list of names, or a mapping name -> options (`{'mlflow': {'experiment': 'sft', "
+        "'tracking_uri': 'http://...'}}`); each also reads its library's environment "
+        "variables (`MLFLOW_TRACKING_URI`, `MLFLOW_EXPERIMENT_NAME`). A tracker that fails "
+        "is said once and never slows training. None: none.")
     # the run log
     resume: bool = setting(
         False, "Append a new run segment to an existing `rank_<R>.jsonl`. Off: an existing, "
@@ -386,6 +394,7 @@ class MonitorSettings:
         check_token("prometheus_host", self.prometheus_host)
         check_webhook("alert_webhook", self.alert_webhook)
         check_choice("alert_format", self.alert_format, ALERT_FORMATS)
+        parse_report_to(self.report_to)
         check_bool("resume", self.resume)
 
     @classmethod

@@ -6,7 +6,7 @@ import io
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
 
@@ -57,6 +57,7 @@ VALID = {
     "alert_webhook": [None, "http://127.0.0.1:8080/hook", "https://hooks.slack.com/services/T/B/X",
                       "https://oapi.dingtalk.com/robot/send?access_token=abc"],
     "alert_format": ["json", "slack", "feishu", "dingtalk"],
+    "report_to": [None, "mlflow", ["mlflow"], {"mlflow": {"experiment": "sft", "port": 5}}],
     "trend_warmup": [0, 1, 10**6], "pace_window": [2, 20, 10**4],
     "throughput_drop_factor": [1.01, 1.5, 100], "throughput_baseline": [None, 1e-3, 1e6],
     "data_bound_share": [None, 0.01, 0.5, 1.0], "memory_growth_window_s": [0.1, 600, 86400],
@@ -94,6 +95,8 @@ def _accepts(hint, value):
         return isinstance(value, str)
     if typing.get_origin(hint) is Mapping:
         return isinstance(value, Mapping)
+    if typing.get_origin(hint) is Sequence:
+        return isinstance(value, Sequence) and not isinstance(value, str)
     raise AssertionError(f"teach this test the annotation {hint!r}")
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from .base import Sink, SinkContext, SinkFactory
 from .jsonl import JsonlSink
+from .trackers.report_to import EXTRAS, parse_report_to
 
 # Views that only a framework adapter can write, by the setting that switches each on.
 FRAMEWORK_VIEWS = {
@@ -42,6 +43,9 @@ def open_sinks(settings: Any, *, log_dir: str, log_path: str, rank: int, local_r
             port = settings.prometheus_port
             sinks.append(PrometheusSink(port + local_rank if port else 0, rank,
                                         host=settings.prometheus_host))
+        if rank == 0:
+            for tracker, options in parse_report_to(settings.report_to).items():
+                sinks.append(open_tracker(tracker, options, log_dir))
         if settings.alert_webhook is not None:
             # Last: an alert leaves only once every other view has the record.
             from .alert import AlertSink
@@ -53,3 +57,13 @@ def open_sinks(settings: Any, *, log_dir: str, log_path: str, rank: int, local_r
                 sink.close()
         raise
     return sinks
+
+
+def open_tracker(name: str, options: Any, log_dir: str) -> Sink:
+    """The sink of tracker ``name``; ImportError naming the extra to install when its
+    package is missing, NotImplementedError for one not built yet."""
+    if name == "mlflow":
+        from .trackers.mlflow_sink import MlflowSink
+        return MlflowSink(options, log_dir=log_dir)
+    raise NotImplementedError(f"report_to={name!r} is not available yet ({EXTRAS[name]} "
+                              "will bring it); use 'mlflow'")

@@ -1,0 +1,1 @@
+"""Experiment trackers (``report_to``): MLflow first; SwanLab and W&B to come (issue #45)."""
