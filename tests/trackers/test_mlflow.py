@@ -58,6 +58,10 @@ def test_a_stopped_run_in_mlflow(server, tmp_path):
     losses = [1.0, 0.9, 0.8, 0.7, float("nan")]
     for step, loss in enumerate(losses, start=1):
         found = monitor.observe(step=step, loss=loss, lr=0.01, grad_norm=1.0)
+        if step == 2:           # the model's state, as wrap's state records bring it
+            monitor.observe_state(step=2, weight_norm=3.0, update_norm=0.03, layers={
+                "dense.weight": {"weight_norm": 3.0, "update_norm": 0.03,
+                                 "update_ratio": 0.01, "grad_norm": 0.5}})
         if any(a.stops for a in found):
             break
     monitor.close()
@@ -69,6 +73,10 @@ def test_a_stopped_run_in_mlflow(server, tmp_path):
     history = client.get_metric_history(run.info.run_id, "loss")
     logged = [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)]
     assert logged[:4] == [(s["step"], s["loss"]) for s in steps[:4]]
+    state = client.get_metric_history(run.info.run_id, "layers/dense.weight/update_ratio")
+    assert [(m.step, m.value) for m in state] == [(2, 0.01)]
+    assert [m.value for m in client.get_metric_history(run.info.run_id,
+                                                       "state/weight_norm")] == [3.0]
     assert run.info.status == "KILLED"
     assert run.data.tags["mindwatch.end_reason"] == "stopped"
     assert run.data.tags["mindwatch.verdict"].endswith("STOPPED")

@@ -6,7 +6,8 @@ sink's own thread through ``MlflowClient`` (the tracking server named by ``track
   "mindwatch"), a run named after the run directory, the settings as parameters
   (``config.<name>``) and the versions as tags;
 - every ``step`` record: its scalars under the run log's names, the run log's step as
-  MLflow's step, batched (one request a second or every ``BATCH`` values);
+  MLflow's step, batched (one request a second or every ``BATCH`` values); every ``state``
+  record: ``state/weight_norm``, ``state/update_norm`` and ``layers/<layer>/<field>``;
 - every ``anomaly``: a tag ``mindwatch.anomaly.<step>.<kind>`` with its message and actions,
   and a line of the ``mindwatch/anomalies.jsonl`` artifact;
 - the ``end``: the run's status (``completed`` FINISHED; a stop or a signal KILLED; an error
@@ -18,12 +19,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from ... import records
-from ...records import Anomaly, Common, End, Run, Step
+from ...records import Anomaly, Common, End, Run, State, Step
 from .queued import QueuedSink
 from .report_to import EXTRAS
 
@@ -35,6 +37,8 @@ FLUSH_S = 1.0
 STATUS = {records.COMPLETED: "FINISHED", records.STOPPED: "KILLED", records.SIGNAL: "KILLED",
           records.ERROR: "FAILED", records.ABORTED: "FAILED"}
 PARAM_CHARS = 500        # MLflow's shortest limit on a parameter's value across versions
+# what MLflow allows in a metric's name: letters, digits, "_", "-", ".", " ", "/"
+_NAME = re.compile(r"[^A-Za-z0-9_\-. /]")
 
 
 def _import_mlflow() -> Any:
@@ -75,6 +79,8 @@ class MlflowSink(QueuedSink):
             return
         elif kind == records.STEP:
             self._step(record)
+        elif kind == records.STATE:
+            self._state(record)
         elif kind == records.ANOMALY:
             self._anomaly(record)
         elif kind == records.END:
@@ -117,6 +123,24 @@ class MlflowSink(QueuedSink):
                 self._metrics.append(Metric(name, float(value), at, step))
         self._metrics.append(Metric("skipped", float(bool(record.get(Step.SKIPPED))), at, step))
         if len(self._metrics) >= BATCH or time.monotonic() - self._flushed >= FLUSH_S:
+            self._flush()
+
+    def _state(self, record: Mapping[str, Any]) -> None:
+        """The model's state at its own interval: ``state/weight_norm``, ``state/update_norm``
+        and each layer's norms as ``layers/<layer>/<field>`` (MLflow groups charts by the
+        prefix before the last "/")."""
+        from mlflow.entities import Metric
+
+        step = int(record[State.STEP])
+        at = int(float(record.get(Common.TIME) or time.time()) * 1000)
+        values = {f"state/{name}": record.get(name)
+                  for name in (State.WEIGHT_NORM, State.UPDATE_NORM)}
+        for layer, fields in (record.get(State.LAYERS) or {}).items():
+            for name, value in (fields or {}).items():
+                values[f"layers/{_NAME.sub('_', str(layer))}/{name}"] = value
+        self._metrics += [Metric(name, float(value), at, step) for name, value in values.items()
+                          if isinstance(value, (int, float)) and not isinstance(value, bool)]
+        if len(self._metrics) >= BATCH:
             self._flush()
 
     def _flush(self) -> None:
