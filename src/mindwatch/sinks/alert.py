@@ -12,26 +12,20 @@ webhook delays the end of a run by that much at most.
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
 import socket
-import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import records
 from ..anomaly import HANG, PEER_STOP
-from ..basics.once import OnceMessages
 from ..records import Anomaly, Common, End, StoppedBy
 from .alert_body import alert_from_anomaly, alert_from_end, shaped
-from .base import Sink
+from .queued import QueuedSink
 from .webhook import TIMEOUT_S, post_json, redacted_url
 
 QUEUE_SIZE = 64          # alerts waiting; a webhook this far behind is not keeping up
 DRAIN_S = 3.0            # the longest a closing run waits for its alerts
-_FAILED, _DROPPED = "failed", "dropped"     # OnceMessages keys
 
 
 def wants_alert(record: Mapping[str, Any]) -> bool:
@@ -61,26 +55,23 @@ def wants_alert(record: Mapping[str, Any]) -> bool:
         stopped_by.get(StoppedBy.RANK) == record.get(Common.RANK)
 
 
-class AlertSink(Sink):
+class AlertSink(QueuedSink):
     """Args: ``url`` (checked by the settings), ``alert_format`` (``ALERT_FORMATS``),
     ``log_dir`` and ``host`` for the alert's where; ``post`` sends one body (tests may
     replace it; it raises ``OSError`` when the service does not take the alert)."""
 
+    UNIT, UNITS = "an alert", "alerts"
+
     def __init__(self, url: str, alert_format: str, *, log_dir: str, host: str | None = None,
                  post: Callable[[str, Any], Any] = post_json):
         shaped({}, alert_format)                    # an unknown format fails here
+        super().__init__(queue_size=QUEUE_SIZE, drain_s=DRAIN_S,
+                         thread_name="mindwatch-alerts")
         self.url, self.alert_format = url, alert_format
         self.run_dir = os.path.abspath(log_dir)
         self.host = host or socket.gethostname()
-        self.sent = self.failed = self.dropped = 0
         self._post = post
-        self._queue: queue.Queue = queue.Queue(QUEUE_SIZE)
-        self._pending = 0                           # queued or being POSTed
-        self._done = threading.Condition()
-        self._thread: threading.Thread | None = None
         self._cause: Mapping[str, Any] | None = None   # the anomaly that stopped the run
-        self._messages = OnceMessages()
-        self._deadline: float | None = None         # of the wait at the end, once set
 
     @property
     def name(self) -> str:
@@ -99,64 +90,10 @@ class AlertSink(Sink):
             self._cause = None                      # a next segment starts afresh
         else:
             alert = alert_from_anomaly(record, run_dir=self.run_dir, host=self.host)
-        self._enqueue(shaped(alert, self.alert_format))
+        self.put(shaped(alert, self.alert_format))
 
-    def _enqueue(self, body: dict[str, Any]) -> None:
-        with self._done:
-            try:
-                self._queue.put_nowait(body)
-            except queue.Full:
-                self.dropped += 1
-                self._messages.report(_DROPPED, f"{self.name} is behind ({QUEUE_SIZE} alerts "
-                                                "waiting): further alerts are dropped until "
-                                                "it catches up")
-                return
-            self._pending += 1
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._deliver, name="mindwatch-alerts",
-                                            daemon=True)
-            self._thread.start()
+    def deliver(self, record: Mapping[str, Any]) -> None:
+        self._post(self.url, record)
 
-    def _deliver(self) -> None:
-        while True:
-            body = self._queue.get()
-            if body is None:
-                return
-            try:
-                self._post(self.url, body)
-            except Exception as exc:                # never let the thread die on one alert
-                self.failed += 1
-                self._messages.report(_FAILED, f"{self.name} did not take an alert "
-                                               f"({type(exc).__name__}: {exc}); training goes "
-                                               "on, later alerts are still tried (said once)")
-            else:
-                self.sent += 1
-            with self._done:
-                self._pending -= 1
-                self._done.notify_all()
-
-    def pop_messages(self) -> list[str]:
-        return self._messages.pop()
-
-    def drain(self, timeout: float = DRAIN_S) -> None:
-        """Wait up to ``timeout`` s for every queued alert to be delivered (or to fail);
-        alerts still waiting then are given up, which is said."""
-        if self._deadline is None:                  # close() after drain() waits no longer
-            self._deadline = time.monotonic() + timeout
-        deadline = self._deadline
-        with self._done:
-            while self._pending and (left := deadline - time.monotonic()) > 0:
-                self._done.wait(left)
-            waiting = self._pending
-        if waiting and self._thread is not None:
-            self._messages.report(_FAILED, f"{self.name} did not take {waiting} alert"
-                                           f"{'' if waiting == 1 else 's'} within {timeout:g} "
-                                           f"s of the end of the run (timeout {TIMEOUT_S:g} s "
-                                           "each); they are given up")
-
-    def close(self) -> None:
-        """Stops the thread once it has delivered what ``drain`` waited for; one stuck in a
-        POST is a daemon and ends with the process."""
-        self.drain()
-        with contextlib.suppress(queue.Full):       # the thread is stuck in a POST anyway
-            self._queue.put_nowait(None)
+    def drain_note(self) -> str:
+        return f" (timeout {TIMEOUT_S:g} s each)"

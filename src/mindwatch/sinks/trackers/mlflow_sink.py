@@ -26,12 +26,14 @@ from typing import Any
 
 from ... import records
 from ...records import Anomaly, Common, End, Run, State, Step
-from .queued import QueuedSink
+from ..queued import QueuedSink
 from .report_to import EXTRAS
 
 SCALARS = (Step.LOSS, Step.LOSS_SMOOTH, Step.LR, Step.GRAD_NORM, Step.STEP_TIME_S,
            Step.SAMPLES_PER_S, Step.TOKENS_PER_S, Step.MFU, Step.ETA_S, Step.DATA_TIME_S,
            Step.LOSS_SCALE, Step.LOCAL_GRAD_NORM)
+QUEUE_SIZE = 10_000      # records waiting (~an hour of steps at 3 steps/s)
+DRAIN_S = 10.0           # the longest a closing run waits for MLflow
 BATCH = 900              # values a request (MLflow takes up to 1000 metrics a batch)
 FLUSH_S = 1.0
 STATUS = {records.COMPLETED: "FINISHED", records.STOPPED: "KILLED", records.SIGNAL: "KILLED",
@@ -51,8 +53,9 @@ def _import_mlflow() -> Any:
 
 
 class MlflowSink(QueuedSink):
-    def __init__(self, options: Mapping[str, Any], *, log_dir: str, **queued: Any):
-        super().__init__(**queued)
+    def __init__(self, options: Mapping[str, Any], *, log_dir: str,
+                 queue_size: int = QUEUE_SIZE, drain_s: float = DRAIN_S):
+        super().__init__(queue_size=queue_size, drain_s=drain_s, thread_name="mindwatch-mlflow")
         self._mlflow, client = _import_mlflow()     # missing: said now, at construction
         self._uri = options.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
         self._client = client(tracking_uri=self._uri) if self._uri else client()
