@@ -76,3 +76,26 @@ def test_rank_zero_names_the_rank_the_job_waits_for(tmp_path):
     beats = hb.read_beats(str(tmp_path))
     assert sorted(beats) == [0, 1, 2, 3]
     assert {(b.state, b.reason) for b in beats.values()} == {(hb.ENDED, "completed")}
+
+
+def test_a_rank_that_stalls_after_the_answer_does_not_answer_again(tmp_path, clock):
+    """The ranks reach a stall seconds apart (the start-up exchange): one that stalls after
+    rank 0 answered and ended finds the lower ranks ended, not gone, and keeps the answer."""
+    from mindwatch.background.hang_answer import HangAnswer
+    from mindwatch.background.heartbeat import Heartbeat
+
+    beat = Heartbeat(log_dir=str(tmp_path), rank=4, device=None, clock=clock, interval_s=1.0,
+                     notice=lambda message: None)
+    (tmp_path / hb.DIRECTORY).mkdir()
+    (tmp_path / hb.DIRECTORY / hb.ANSWER_FILE).write_text(json.dumps(
+        {"kind": "hang", "rank": 0, "time": clock.time() - 3.0, "step": 0,
+         "waiting_for": "6", "message": "the job waits for rank 6", "answered_by": 0}))
+    answer = HangAnswer(heartbeat=beat, world_size=8, clock=clock, places=dict,
+                        write_job=None, sleep=clock.advance)
+    assert answer.answer(step=0, stalled_s=10.0) == (0, None)      # its stall began before
+    before = (tmp_path / hb.DIRECTORY / hb.ANSWER_FILE).read_text()
+    # an answer older than this stall is another stall's: this rank answers (alone here)
+    clock.advance(60.0)
+    answered_by, fields = answer.answer(step=0, stalled_s=10.0)
+    assert answered_by == 4 and fields is not None and fields["answered_by"] == 4
+    assert (tmp_path / hb.DIRECTORY / hb.ANSWER_FILE).read_text() != before

@@ -86,6 +86,9 @@ class HangAnswer:
         """The rank that answers, and the ``hang`` record's fields when it is this one
         (written)."""
         noticed = self._clock.time()
+        given = self._answered(noticed - stalled_s)
+        if given is not None:           # a rank that stalled first answered for this stall
+            return given, None
         answerer = self.answerer(noticed)
         if answerer != self.rank:
             return answerer, None
@@ -100,17 +103,24 @@ class HangAnswer:
     def _settled(self, noticed: float) -> dict[int, hb.Beat]:
         """The heartbeats once each rank's says where it is since the stall (or it is gone),
         or after ``settle_s``."""
-        deadline = self._clock.perf_counter() + self.settle_s
-        while True:
-            beats = hb.read_beats(self.log_dir)
-            gone = self._gone(beats)
-            now = self._clock.time()
-            behind = [rank for rank in range(self.world_size) if rank != self.rank and (
-                rank not in beats or not (
-                    beats[rank].state in (hb.STALLED, hb.ENDED) or beats[rank].time >= noticed
-                    or beats[rank].stale(now) or gone.get(rank)))]
-            if not behind or self._clock.perf_counter() >= deadline:
-                return beats
+        beats: dict[int, hb.Beat] = {}
+
+        def caught_up() -> bool:
+            beats.clear()
+            beats.update(hb.read_beats(self.log_dir))
+            gone, now = self._gone(beats), self._clock.time()
+            return all(rank in beats and (
+                beats[rank].state in (hb.STALLED, hb.ENDED) or beats[rank].time >= noticed
+                or beats[rank].stale(now) or gone.get(rank))
+                for rank in range(self.world_size) if rank != self.rank)
+
+        self._until(caught_up, self.settle_s)
+        return beats
+
+    def _until(self, done: Callable[[], bool], seconds: float) -> None:
+        """Look whether ``done`` every ``POLL_S`` until it is, or ``seconds`` passed."""
+        deadline = self._clock.perf_counter() + seconds
+        while not done() and self._clock.perf_counter() < deadline:
             self._sleep(POLL_S)
 
     def _write(self, fields: Mapping[str, Any]) -> None:
@@ -129,16 +139,21 @@ class HangAnswer:
                         open(path, "a", encoding="utf-8") as handle:
                     handle.write(json.dumps(record, allow_nan=False) + "\n")
 
+    def _answered(self, since: float) -> int | None:
+        """The rank that answered for a stall that began at ``since`` (Unix s), when its
+        answer is on disk: one rank answers each stall, though the ranks reach it seconds
+        apart (those that stalled later find the lower ranks ended, not gone)."""
+        found = hb.read_answer(self.log_dir)
+        if found is None or not isinstance(found.get(Common.TIME), (int, float)) \
+                or found[Common.TIME] < since:
+            return None
+        answered_by = found.get(JobHang.ANSWERED_BY, found.get(Common.RANK))
+        return answered_by if isinstance(answered_by, int) else None
+
     def wait_for_answer(self, since: float) -> None:
         """Before this rank exits on a hang it did not answer: until an answer newer than
         ``since`` (Unix s: the stall's start) is on disk, or the answerer's time is up."""
-        deadline = self._clock.perf_counter() + self.settle_s + EXIT_GRACE_S
-        while self._clock.perf_counter() < deadline:
-            found = hb.read_answer(self.log_dir)
-            if found is not None and isinstance(found.get(Common.TIME), (int, float)) \
-                    and found[Common.TIME] >= since:
-                return
-            self._sleep(POLL_S)
+        self._until(lambda: self._answered(since) is not None, self.settle_s + EXIT_GRACE_S)
 
     def wait_for_ends(self, timeout_s: float) -> None:
         """Before a rank exits on a hang (its own end written): until every rank the job
@@ -148,13 +163,12 @@ class HangAnswer:
         this waits up to ``timeout_s`` (at most ``MAX_END_WAIT_S``) more than the answer."""
         found = hb.read_answer(self.log_dir) or {}
         holders = set(ranks_in(found.get(JobHang.WAITING_FOR)))
-        deadline = self._clock.perf_counter() + self.settle_s + EXIT_GRACE_S + \
-            min(timeout_s, MAX_END_WAIT_S)
-        while self._clock.perf_counter() < deadline:
+
+        def ended() -> bool:
             beats = hb.read_beats(self.log_dir)
             gone, now = self._gone(beats), self._clock.time()
-            if all(beat.state == hb.ENDED or beat.stale(now) or gone.get(rank)
-                   for rank, beat in beats.items() if rank != self.rank and
-                   (rank not in holders or beat.state == hb.STALLED)):
-                return
-            self._sleep(POLL_S)
+            return all(beat.state == hb.ENDED or beat.stale(now) or gone.get(rank)
+                       for rank, beat in beats.items() if rank != self.rank and
+                       (rank not in holders or beat.state == hb.STALLED))
+
+        self._until(ended, self.settle_s + EXIT_GRACE_S + min(timeout_s, MAX_END_WAIT_S))
