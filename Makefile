@@ -90,20 +90,27 @@ test-torch: $(TORCH_VENV)/.installed
 	$(TORCH_VENV)/bin/python -m pytest -n $(TORCH_WORKERS) -p no:cacheprovider tests/pytorch \
 	  $(PYTEST_ARGS)
 
-# The experiment trackers (report_to) in their own venv (requirements-trackers.lock: MLflow,
-# no MindSpore, no torch), built once and rebuilt when the lock changes; their tests are
-# tests/trackers/, against a real tracking server each starts.
+# The experiment trackers (report_to) in their own venv (requirements-trackers.lock: MindSpore
+# as in .venv, MindSpore Transformers, MLflow with its server, SwanLab, W&B), built once and
+# rebuilt when the lock changes. Their tests are tests/trackers/: each tracker for real (an
+# MLflow server each module starts, SwanLab's local mode, W&B offline), under the monitor,
+# Model.train and MindFormers' Trainer; then tests/trackers/torch/ in .venv-torch (whose lock
+# has the three trackers' client libraries), against a server run from .venv-trackers.
 TRACKERS_VENV := .venv-trackers
-$(TRACKERS_VENV)/.installed: requirements-trackers.lock pyproject.toml
+$(TRACKERS_VENV)/.installed: requirements-trackers.lock requirements-mindformers.lock pyproject.toml
 	rm -rf $(TRACKERS_VENV)
 	$(PYTHON) -m venv $(TRACKERS_VENV)
 	$(TRACKERS_VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION)
 	$(call INSTALL,$(TRACKERS_VENV)) -r requirements-trackers.lock
+	$(call INSTALL,$(TRACKERS_VENV)) --no-deps -r requirements-mindformers.lock
 	$(call INSTALL,$(TRACKERS_VENV)) --no-deps --no-build-isolation -e .
 	touch $@
 
-test-trackers: $(TRACKERS_VENV)/.installed
-	$(TRACKERS_VENV)/bin/python -m pytest -p no:cacheprovider tests/trackers $(PYTEST_ARGS)
+test-trackers: $(TRACKERS_VENV)/.installed $(TORCH_VENV)/.installed
+	$(TRACKERS_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider tests/trackers \
+	  --ignore=tests/trackers/torch $(PYTEST_ARGS)
+	MINDWATCH_TRACKER_SERVER_PYTHON=$(TRACKERS_VENV)/bin/python $(TORCH_VENV)/bin/python -m \
+	  pytest -n 2 -p no:cacheprovider tests/trackers/torch $(PYTEST_ARGS)
 
 # Real jobs past two ranks (tests/scale, marked scale; make test leaves them out): msrun with 8
 # and with 16 ranks on this host, msrun with 8 and torchrun with 4 on two nodes (each node a

@@ -108,8 +108,9 @@ BLOCKS: dict[str, Run | Signature | Skip] = {
              "[['accuracy', 'eval_loss']] * 10"),
     "docs/pipelines.md#the-functional-loop:1": Run("mindspore", "classifier", _completed(2)),
     "docs/trackers.md#mlflow:1": Skip(
-        "it needs MLflow, which the suite's venv does not hold: tests/trackers/test_mlflow.py "
-        "(make test-trackers) runs report_to='mlflow' against a real MLflow server"),
+        "it needs MLflow, which the suite's venv does not hold: tests/trackers/"
+        "test_paths_mindspore.py (make test-trackers) runs TrainMonitor with "
+        "report_to='mlflow' against a real MLflow server"),
     "docs/mindformers.md#the-yaml-entry:1": Skip(
         "a script of one's own around MindFormers' Trainer: it needs a model YAML whose "
         "dataset is on disk (pretrain_llama2_7b.yaml and its MindRecord files); "
@@ -138,6 +139,16 @@ BLOCKS: dict[str, Run | Signature | Skip] = {
         then="assert monitor.stop_requested.kind == 'loss_nonfinite'"),
     "docs/torch.md#one-line-in-your-code:2": Run("torch", "hf_trainer", _completed(4)),
     "docs/torch.md#one-line-in-your-code:3": Run("torch", "lightning_module", _completed(4)),
+    # offline, in the test's directory (no login here): one run each, its steps all there
+    # (tests/trackers/ reads every value back)
+    "docs/trackers.md#swanlab:1": Run(
+        "torch", "hf_trainer", _completed(4),
+        then="import glob\n"
+             "assert len(glob.glob('runs/exp1/swanlog/run-*/backup.swanlab')) == 1"),
+    "docs/trackers.md#weights--biases:1": Run(
+        "torch", "lightning_module", _completed(4),
+        then="import glob\n"
+             "assert len(glob.glob('wandb/offline-run-*/run-*.wandb')) == 1"),
     "docs/torch.md#a-first-run-on-the-cpu:1": Run(
         "torch", logs=_stopped(150, "runs/torch-first"),
         # and what the doc says of it after: the verdict, the checkpoint, the report

@@ -218,19 +218,17 @@ def _report(args: argparse.Namespace) -> int:
             raise CliError(f"RUN_DIR {path}: no rank_<R>.jsonl run logs found; is this a "
                            "mindwatch log_dir?")
     from .runlog import FIRST, NONE, RunLogError, read_run
-    if len(dirs) == 1 and args.png is None and os.path.exists(os.path.join(dirs[0], "job.jsonl")):
+    if len(dirs) == 1 and args.png is None:
         # a job's page reads job.jsonl and the ranks it names, never every rank's log
-        from .report.job.page import write_job_report
+        from .report.run_page import write_run_report
         try:
-            written = write_job_report(dirs[0], output, max_points=args.max_points)
+            print(write_run_report(dirs[0], output, max_points=args.max_points))
         except RunLogError as exc:
             raise CliError(str(exc)) from exc
         except OSError as exc:
             raise CliError(f"-o/--output: cannot write {output}: {exc.strerror or exc}"
                            ) from exc
-        if written is not None:
-            print(written)
-            return 0
+        return 0
     from .report.compare import write_compare, write_compare_pngs
     from .report.html import write_html
     from .report.png import write_pngs

@@ -56,6 +56,7 @@ from .sinks.base import Sink
 from .sinks.console import ConsoleSink
 from .sinks.factory import check_framework_views, open_sinks
 from .sinks.sink_set import SinkError
+from .trackers import open_tracker
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -192,7 +193,8 @@ class Monitor:
         return open_sinks(self.settings, log_dir=self.log_dir, log_path=self.log_path,
                           rank=self.rank, local_rank=self.local_rank, console=self.console,
                           framework_sinks=self.framework.sinks,
-                          tensorboard_dir=self.framework.tensorboard_directory(self.rank))
+                          tensorboard_dir=self.framework.tensorboard_directory(self.rank),
+                          open_tracker=open_tracker)
 
     @property
     def sinks(self) -> list[Sink]:

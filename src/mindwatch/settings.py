@@ -16,7 +16,7 @@ from typing import Any
 from .basics.checks import check_bool, check_choice, check_int, check_number, check_token
 from .policy import did_you_mean, resolve_policies
 from .sinks.alert_body import ALERT_FORMATS
-from .sinks.trackers.report_to import parse_report_to
+from .sinks.report_to import parse_report_to, redacted_report_to
 from .sinks.webhook import check_webhook, redacted_url
 
 SIGNAL_POLICIES = ("checkpoint_and_stop", "stop", None)
@@ -316,11 +316,13 @@ class MonitorSettings:
         "`'dingtalk'` (those services' text messages).")
     # experiment trackers
     report_to: str | Sequence[str] | Mapping[str, Any] | None = setting(
-        None, "Experiment trackers fed by rank 0 from a thread of their own: `'mlflow'`, a "
-        "list of names, or a mapping name -> options (`{'mlflow': {'experiment': 'sft', "
-        "'tracking_uri': 'http://...'}}`); each also reads its library's environment "
-        "variables (`MLFLOW_TRACKING_URI`, `MLFLOW_EXPERIMENT_NAME`). A tracker that fails "
-        "is said once and never slows training. None: none.")
+        None, "Experiment trackers fed from a thread of their own: `'mlflow'`, `'swanlab'`, "
+        "`'wandb'`, a list of names, or a mapping name -> options (`{'mlflow': {'experiment': "
+        "'sft', 'tracking_uri': 'http://...'}}`); each also reads its library's environment "
+        "variables (`MLFLOW_TRACKING_URI`, `SWANLAB_PROJECT`, `WANDB_MODE`, ...). Rank 0's, "
+        "unless a tracker's options say `'all_ranks': True`. A tracker that fails is said once "
+        "and never slows training; its package missing is refused at construction, naming "
+        "the extra to install. None: none.")
     # the run log
     resume: bool = setting(
         False, "Append a new run segment to an existing `rank_<R>.jsonl`. Off: an existing, "
@@ -415,6 +417,7 @@ class MonitorSettings:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         values.pop("on_anomaly")
         values["alert_webhook"] = redacted_url(self.alert_webhook)
+        values["report_to"] = redacted_report_to(self.report_to)
         return values
 
 

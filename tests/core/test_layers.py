@@ -10,9 +10,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "mindwatch"
 LAYERS = [
     {"basics"}, {"records", "job_schema"},
     {"anomaly", "policy", "observation", "version", "events"}, {"sinks"},
-    {"settings"}, {"detectors", "hardware", "runlog"}, {"recovery"}, {"framework"},
-    {"pipeline"}, {"decisions"}, {"ranks"}, {"job"}, {"background"}, {"monitor", "__init__"},
-    {"report"}, {"mindspore", "torch"}, {"mindformers"}, {"cli"},
+    {"settings"}, {"detectors", "hardware", "runlog"}, {"report"}, {"trackers"}, {"recovery"},
+    {"framework"}, {"pipeline"}, {"decisions"}, {"ranks"}, {"job"}, {"background"},
+    {"monitor", "__init__"}, {"mindspore", "torch"}, {"mindformers"}, {"cli"},
 ]
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 

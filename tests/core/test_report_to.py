@@ -1,12 +1,14 @@
-"""The ``report_to`` setting (sinks/trackers/report_to.py): what it accepts, what it refuses
+"""The ``report_to`` setting (sinks/report_to.py): what it accepts, what it refuses
 by name, and a tracker asked for whose package is missing (no MLflow in this venv: make
-test-trackers has it) or that is not built yet never disappears silently."""
+test-trackers has it) never disappears silently."""
 import io
+import json
 
 import pytest
 
 from mindwatch import Monitor
-from mindwatch.sinks.trackers.report_to import parse_report_to
+from mindwatch.settings import MonitorSettings
+from mindwatch.sinks.report_to import parse_report_to
 
 
 @pytest.mark.parametrize(("value", "parsed"), [
@@ -31,14 +33,26 @@ def test_what_is_refused_names_the_setting(value, error, says):
     assert says in str(caught.value)
 
 
-def test_a_tracker_whose_package_is_missing_says_what_to_install(tmp_path, hide_package):
-    hide_package("mlflow")
-    with pytest.raises(ImportError, match=r"pip install 'mindwatch\[mlflow\]'"):
+@pytest.mark.parametrize("tracker", ["mlflow", "swanlab", "wandb"])
+def test_a_tracker_whose_package_is_missing_says_what_to_install(tmp_path, hide_package,
+                                                                 tracker):
+    hide_package(tracker)
+    with pytest.raises(ImportError, match=rf"pip install 'mindwatch\[{tracker}\]'"):
         Monitor(str(tmp_path), stream=io.StringIO(), hardware_interval_s=None,
-                report_to="mlflow").observe(step=1, loss=1.0)
+                report_to=tracker).observe(step=1, loss=1.0)
+    # nothing was lost: the refusal came before the run log was opened
+    assert not (tmp_path / "rank_0.jsonl").exists() or \
+        (tmp_path / "rank_0.jsonl").stat().st_size == 0
 
 
-def test_a_tracker_not_built_yet_is_refused_at_the_start(tmp_path):
-    with pytest.raises(NotImplementedError, match="report_to='wandb' is not available yet"):
-        Monitor(str(tmp_path), stream=io.StringIO(), hardware_interval_s=None,
-                report_to="wandb").observe(step=1, loss=1.0)
+def test_the_run_record_keeps_the_trackers_without_their_credentials():
+    settings = MonitorSettings(report_to={
+        "mlflow": {"tracking_uri": "https://bob:s3cret@ml.example:5000/x", "experiment": "sft"},
+        "wandb": {"api_key": "abc123", "project": "p"}})
+    record = settings.as_record()["report_to"]
+    assert "s3cret" not in json.dumps(record) and "bob" not in json.dumps(record)
+    assert record == {"mlflow": {"tracking_uri": "https://ml.example:5000/x",
+                                 "experiment": "sft"},
+                      "wandb": {"api_key": "***", "project": "p"}}
+    assert MonitorSettings(report_to="mlflow").as_record()["report_to"] == {"mlflow": {}}
+    assert MonitorSettings().as_record()["report_to"] is None

@@ -1,14 +1,17 @@
 """One training run under a trainer, as a user's script runs it, for test_trainer_stops.py:
 
     python trainer_stop_script.py TRAINER LOG_DIR OUT_DIR [--nan-at N] [--resume REPORT]
+        [--settings JSON] [--accumulate N]
 
 TRAINER: "hf" (a tiny GPT-2 on random tokens under Hugging Face's Trainer) or "lightning" (a
 tiny regression LightningModule). ``--nan-at N``: the loss of the N-th training forward is
 NaN (its gradients too). ``--resume REPORT``: the anomaly report (its JSON) of an earlier run
 in LOG_DIR, whose resume advice this run follows as printed: the code is run as it is, with
 ``trainer`` and ``model`` named as the advice names them. mindwatch runs with
-``stop_exit_code=42``. Files in OUT_DIR say how far the script got: ``ended_after`` (written
-by a callback listed after mindwatch's, at its train end or teardown) and ``after_training``
+``stop_exit_code=42`` and the ``--settings`` given (``report_to``: tests/trackers/torch);
+``--accumulate N``: HF's ``gradient_accumulation_steps``. Files in OUT_DIR say how far the
+script got: ``ended_after`` (written by a callback listed after mindwatch's, at its train end
+or teardown) and ``after_training``
 (the line after ``train()``/``fit()``); under HF, ``tracked.jsonl`` holds what a callback
 listed before mindwatch's (as ``report_to`` trackers are) was given to log.
 """
@@ -39,7 +42,8 @@ def advice(report: str | None) -> str | None:
         return json.load(file)["resume"]
 
 
-def run_hf(log_dir: str, out_dir: str, nan_at: int | None, resume: str | None) -> None:
+def run_hf(log_dir: str, out_dir: str, nan_at: int | None, resume: str | None,
+           accumulate: int = 1) -> None:
     from transformers import (
         GPT2Config,
         GPT2LMHeadModel,
@@ -80,7 +84,8 @@ def run_hf(log_dir: str, out_dir: str, nan_at: int | None, resume: str | None) -
     args = TrainingArguments(output_dir=out_dir, per_device_train_batch_size=BATCH,
                              max_steps=STEPS, learning_rate=1e-3, report_to=[],
                              save_strategy="no", logging_steps=1, use_cpu=True,
-                             disable_tqdm=True, dataloader_num_workers=0, seed=0)
+                             disable_tqdm=True, dataloader_num_workers=0, seed=0,
+                             gradient_accumulation_steps=accumulate)
     callback = HFCallback(log_dir, stream=io.StringIO(), resume=resume is not None,
                           **SETTINGS)
     trainer = Trainer(model=model, args=args, train_dataset=data,
@@ -147,8 +152,14 @@ if __name__ == "__main__":
     parser.add_argument("out_dir")
     parser.add_argument("--nan-at", type=int)
     parser.add_argument("--resume")
+    parser.add_argument("--settings", type=json.loads, default={})
+    parser.add_argument("--accumulate", type=int, default=1)
     options = parser.parse_args()
+    SETTINGS.update(options.settings)
     torch.set_num_threads(1)
     os.makedirs(options.out_dir, exist_ok=True)
-    run = run_hf if options.trainer == "hf" else run_lightning
-    run(options.log_dir, options.out_dir, options.nan_at, options.resume)
+    if options.trainer == "hf":
+        run_hf(options.log_dir, options.out_dir, options.nan_at, options.resume,
+               options.accumulate)
+    else:
+        run_lightning(options.log_dir, options.out_dir, options.nan_at, options.resume)

@@ -2,12 +2,12 @@
 construction, naming what to install: a sink the user asked for never disappears silently."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .base import Sink, SinkContext, SinkFactory
 from .jsonl import JsonlSink
-from .trackers.report_to import EXTRAS, parse_report_to
+from .report_to import parse_report_to
 
 # Views that only a framework adapter can write, by the setting that switches each on.
 FRAMEWORK_VIEWS = {
@@ -26,7 +26,11 @@ def check_framework_views(settings: Any, framework_sinks: Mapping[str, SinkFacto
 
 def open_sinks(settings: Any, *, log_dir: str, log_path: str, rank: int, local_rank: int,
                console: Sink, framework_sinks: Mapping[str, SinkFactory],
-               tensorboard_dir: str | None = None) -> list[Sink]:
+               tensorboard_dir: str | None = None,
+               open_tracker: Callable[[str, Mapping[str, Any], str, int], Sink] | None = None
+               ) -> list[Sink]:
+    """The sinks ``settings`` ask for; ``open_tracker`` opens each ``report_to`` tracker
+    (``mindwatch.trackers``, above this layer: a tracker's end reads the run's views)."""
     check_framework_views(settings, framework_sinks)
     sinks: list[Sink] = [JsonlSink(log_path), console]
     try:
@@ -43,9 +47,12 @@ def open_sinks(settings: Any, *, log_dir: str, log_path: str, rank: int, local_r
             port = settings.prometheus_port
             sinks.append(PrometheusSink(port + local_rank if port else 0, rank,
                                         host=settings.prometheus_host))
-        if rank == 0:
-            for tracker, options in parse_report_to(settings.report_to).items():
-                sinks.append(open_tracker(tracker, options, log_dir))
+        trackers = parse_report_to(settings.report_to)
+        if trackers and open_tracker is None:
+            raise ValueError("report_to needs a monitor that opens trackers (mindwatch.Monitor)")
+        for tracker, options in trackers.items():
+            if rank == 0 or options.get("all_ranks"):
+                sinks.append(open_tracker(tracker, options, log_dir, rank))  # type: ignore[misc]
         if settings.alert_webhook is not None:
             # Last: an alert leaves only once every other view has the record.
             from .alert import AlertSink
@@ -57,13 +64,3 @@ def open_sinks(settings: Any, *, log_dir: str, log_path: str, rank: int, local_r
                 sink.close()
         raise
     return sinks
-
-
-def open_tracker(name: str, options: Any, log_dir: str) -> Sink:
-    """The sink of tracker ``name``; ImportError naming the extra to install when its
-    package is missing, NotImplementedError for one not built yet."""
-    if name == "mlflow":
-        from .trackers.mlflow_sink import MlflowSink
-        return MlflowSink(options, log_dir=log_dir)
-    raise NotImplementedError(f"report_to={name!r} is not available yet ({EXTRAS[name]} "
-                              "will bring it); use 'mlflow'")

@@ -35,6 +35,7 @@ class QueuedSink(Sink):
         self._messages = OnceMessages()
         self._drain_s = drain_s
         self._deadline: float | None = None         # of the wait at the end, once set
+        self._ended = False                         # finish queued: nothing after it
 
     def deliver(self, record: Mapping[str, Any]) -> None:
         raise NotImplementedError
@@ -51,8 +52,11 @@ class QueuedSink(Sink):
 
     def put(self, item: Any) -> None:
         """Queue ``item`` for ``deliver`` (None: the end, for ``finish``); a full queue
-        drops it, counted and said once."""
+        drops it, counted and said once. Nothing is queued after the end (``drain``): what
+        the run says then (a notice of the drain's) has no thread left to take it."""
         with self._done:
+            if self._ended:
+                return
             try:
                 self._queue.put_nowait(item)
             except queue.Full:
@@ -93,28 +97,34 @@ class QueuedSink(Sink):
     def pop_messages(self) -> list[str]:
         return self._messages.pop()
 
+    @property
+    def pending(self) -> int:
+        """Records queued or being delivered."""
+        return self._pending
+
     def drain(self) -> None:
-        """Wait up to ``drain_s`` for every queued record to be delivered (or to fail);
-        what still waits then is given up, and said."""
+        """The end of the run: ``finish`` queued after what waits, all of it waited for up to
+        ``drain_s``; what still waits then is given up, and said. Before the sinks close, so
+        that what ``finish`` says (a tracker's run that could not be ended) reaches the run
+        log while it is open. Nothing to finish when nothing was ever queued."""
+        if self._thread is None:
+            return
         if self._deadline is None:                  # close() after drain() waits no longer
             self._deadline = time.monotonic() + self._drain_s
+            self.put(None)
+            self._ended = True
         deadline = self._deadline
         with self._done:
             while self._pending and (left := deadline - time.monotonic()) > 0:
                 self._done.wait(left)
             waiting = self._pending
-        if waiting and self._thread is not None:
+        if waiting:
             unit = self.UNIT.split(" ", 1)[1] if waiting == 1 else self.UNITS
             self._messages.report(_FAILED, f"{self.name} did not take {waiting} {unit} within "
                                            f"{self._drain_s:g} s of the end of the run"
                                            f"{self.drain_note()}; they are given up")
 
     def close(self) -> None:
-        """``finish`` on the sink's thread after what is queued, waited for until the end's
-        deadline (``drain``'s, when it ran first); a thread stuck in a call is a daemon and
-        ends with the process (a full queue: it is stuck, and ``finish`` is given up).
-        Nothing to finish when nothing was ever queued."""
-        if self._thread is None:
-            return
-        self.put(None)
+        """``drain``, when it did not run first; a thread stuck in a call is a daemon and ends
+        with the process (a full queue: it is stuck, and ``finish`` is given up)."""
         self.drain()

@@ -50,3 +50,29 @@ def _plain(value: Any) -> bool:
     if value is None or isinstance(value, (str, bool, int)):
         return True
     return isinstance(value, float) and math.isfinite(value)
+
+
+# An option whose name holds one of these is a credential: the run record shows it hidden.
+SECRET_WORDS = ("key", "token", "password", "secret", "credential")
+
+
+def redacted_report_to(value: Any) -> Any:
+    """``value`` as the ``run`` record keeps it: parsed (name -> options), credentials hidden
+    (an option named like one, a URL's user and password); as given when it does not parse
+    (the settings' check then refuses it)."""
+    try:
+        parsed = parse_report_to(value)
+    except (TypeError, ValueError):
+        return value
+    return {name: {key: _hidden(key, option) for key, option in options.items()}
+            for name, options in parsed.items()} or None
+
+
+def _hidden(key: str, option: Any) -> Any:
+    if any(word in key.lower() for word in SECRET_WORDS) and option is not None:
+        return "***"
+    if isinstance(option, str) and "@" in option and "://" in option:
+        scheme, rest = option.split("://", 1)
+        host = rest.rsplit("@", 1)[1] if "@" in rest.split("/", 1)[0] else rest
+        return f"{scheme}://{host}"
+    return option

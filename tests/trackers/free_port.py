@@ -1,0 +1,8 @@
+"""A port nothing listens on, for a server a test starts (or for a connection refused)."""
+import socket
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
