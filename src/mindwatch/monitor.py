@@ -24,6 +24,7 @@ from .basics.clock import Clock, SystemClock
 from .basics.rank import rank_from_env
 from .basics.run_dir import prepare
 from .decisions.actions import Actions
+from .decisions.bad_batches import BadBatches
 from .decisions.job_share import JobScope
 from .decisions.replays import Replays
 from .decisions.responder import Responder
@@ -51,7 +52,7 @@ from .records import End, Epoch, Notice, Run, Versions
 from .recovery.rewinding import RewindEvent, RewindGuard, RewindWish, require_snapshots
 from .recovery.skipping import SkipGuard, SkipLimits
 from .runlog.heartbeats import BEFORE_STEP, EVALUATING, EXCHANGE, IN_STEP, STARTUP_EXCHANGE
-from .settings import MonitorSettings
+from .settings import MonitorSettings, ledger_paths
 from .sinks.base import Sink
 from .sinks.console import ConsoleSink
 from .sinks.factory import check_framework_views, open_sinks
@@ -180,6 +181,9 @@ class Monitor:
         self._replays = Replays(replay=self.framework.replay if self.settings.replay else None,
                                 emit=writer.emit, rank=self.rank, device=self.local_rank,
                                 hardware=lambda: responder.hardware)
+        self.bad_batches = BadBatches(log_dir=self.log_dir, rank=self.rank,
+                                      known_from=ledger_paths(self.settings, self.log_dir),
+                                      replayed=self._replays.replayed)
         self._hangs = HangGuard.build(
             world_size=self.world_size, log_dir=self.log_dir, device=self.local_rank,
             places=lambda: self.peers.places, notice=self.notice,
@@ -336,7 +340,8 @@ class Monitor:
                 extra: Mapping[str, Any] | None = None,
                 local_grad_norms: Sequence[Any] | None = None,
                 data_time_s: Any = None, epoch_step: int | None = None,
-                steps_per_epoch: int | None = None) -> list[Anomaly]:
+                steps_per_epoch: int | None = None, batch: Mapping[str, Any] | None = None,
+                skip_reason: str | None = None) -> list[Anomaly]:
         """Record one training step (or ``steps`` steps ending at ``step``).
 
         Args:
@@ -361,6 +366,10 @@ class Monitor:
                 in rank order; a gradient anomaly names the rank it came from (origin_rank).
             data_time_s: seconds between the previous step's end and this step's start
                 (fetching the batch, other host work): ``data_bound``, ``throughput_drop``.
+            batch: the step's batch, ``basics.batch_identity.identity(...)``: its anomalies
+                carry it, and a withheld one enters ``bad_batches.jsonl``.
+            skip_reason: why the update was withheld, where not for its own anomalies:
+                ``"known_bad_batch"`` (``known_bad_batch`` said so before the update).
 
         Returns the anomalies found at this step (empty when healthy); an anomaly whose
         ``stops`` is true asks the loop to stop after this step.
@@ -373,7 +382,8 @@ class Monitor:
             step=step, epoch=epoch, loss=loss, lr=lr, grad_norm=grad_norm,
             grads_finite=grads_finite, lr_groups=lr_groups, skipped=skipped, steps=steps,
             layer_grad_norms=layer_grad_norms, extra=extra, local_grad_norms=local_grad_norms,
-            data_time_s=data_time_s, epoch_step=epoch_step, steps_per_epoch=steps_per_epoch)
+            data_time_s=data_time_s, epoch_step=epoch_step, steps_per_epoch=steps_per_epoch,
+            batch=None if batch is None else dict(batch), skip_reason=skip_reason)
         self._ensure_started()
         # a loop that never called start(): the state now is already this step's
         self._begin_training(after_step=step)
@@ -555,6 +565,9 @@ class Monitor:
         if skip_notice is not None:
             self.notice(skip_notice)
         found = self._replays.review(obs, self.peers.attribute(obs, found))
+        found, said = self.bad_batches.review(obs, found)
+        if said is not None:
+            self.notice(said)
         # the sampler thread's findings held for this step end are acted on with the step's
         # own, in one write: the console shows them as one event when they share the step
         pending = self._actions.take_pending() if self._current.segment.pending else []

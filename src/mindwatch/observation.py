@@ -15,7 +15,8 @@ from .records import Common, Device, Hardware, Step
 _OWN_STEP_FIELDS = frozenset((*Common.REQUIRED, *Step.REQUIRED, Step.STEPS_COVERED,
                               Step.EPOCH_STEP, Step.STEPS_PER_EPOCH, Step.SAMPLES_PER_S,
                               Step.TOKENS_PER_S, Step.MFU,
-                              Step.LR_GROUPS, Step.LAYER_GRAD_NORMS, Step.ETA_S))
+                              Step.LR_GROUPS, Step.LAYER_GRAD_NORMS, Step.ETA_S,
+                              Step.SKIP_REASON))
 
 
 @dataclass
@@ -44,6 +45,9 @@ class StepObservation:
     segment_step: int = 1                  # observations in this run segment, this one too
     eta_s: float | None = None             # seconds to the run's last step (pipeline/timing)
     extra: dict[str, Any] = field(default_factory=dict)
+    # the step's batch: {"fingerprint", "indices"} (basics/batch_identity.py); None: unknown
+    batch: dict[str, Any] | None = None
+    skip_reason: str | None = None         # withheld for another reason than its anomalies
 
     @classmethod
     def from_arguments(cls, *, step: Any, steps: Any, loss: Any, lr: Any, grad_norm: Any,
@@ -98,6 +102,8 @@ class StepObservation:
             record[Step.DATA_TIME_S] = self.data_time_s
         if self.eta_s is not None:
             record[Step.ETA_S] = self.eta_s
+        if self.skip_reason is not None:
+            record[Step.SKIP_REASON] = self.skip_reason
         record.update(self.extra)
         return record
 

@@ -139,6 +139,9 @@ class Step(Fields):
     LOCAL_GRAD_NORM = optional("local_grad_norm", nonfinite=True)
     # seconds until the run's last step at the recent pace, when its length is known
     ETA_S = optional("eta_s", nonfinite=True)
+    # why a withheld step was withheld, where not by its own anomalies: "known_bad_batch"
+    # (its batch is in the bad-batch ledger, decisions/bad_batches.py)
+    SKIP_REASON = optional("skip_reason")
 
 
 class Epoch(Fields):
@@ -240,6 +243,21 @@ class Anomaly(Fields):
     # a withheld step computed again (decisions/replays.py): what that says of the cause,
     # one sentence, the same on every anomaly of the step
     REPLAY_VERDICT = optional("replay_verdict")
+    # the step's batch: {"fingerprint": hex, "indices": [...] or null} (basics/batch_identity)
+    BATCH = optional("batch")
+
+
+class BadBatch(Fields):
+    """One line of ``bad_batches.jsonl``: a batch whose anomaly reproduced on replay, or that
+    a stop or skip withheld without one (decisions/bad_batches.py). Not a run log record."""
+    FINGERPRINT = required("fingerprint")
+    INDICES = required("indices")
+    STEP = required(Step.STEP)
+    EPOCH = required(Step.EPOCH)
+    KINDS = required("kinds")
+    ORIGIN_RANK = required(Anomaly.ORIGIN_RANK)
+    REPRODUCED = required("reproduced")             # failed again on replay; null: none ran
+    TIME = required("time")
 
 
 class Notice(Fields):

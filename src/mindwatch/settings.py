@@ -8,6 +8,7 @@ configures everything and the ``run`` record can store the effective values.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -326,7 +327,15 @@ class MonitorSettings:
     # the run log
     resume: bool = setting(
         False, "Append a new run segment to an existing `rank_<R>.jsonl`. Off: an existing, "
-        "non-empty run log is refused at construction (never overwritten).")
+        "non-empty run log is refused at construction (never overwritten). On: the run "
+        "directory's `bad_batches.jsonl` is read too, and a step whose batch it lists is "
+        "withheld by itself.")
+    skip_batches: str | Sequence[str] | None = setting(
+        None, "Bad-batch ledgers (`bad_batches.jsonl` of earlier runs, a path or a list): a "
+        "step whose batch one lists (by content, not by step) has its update withheld "
+        "before it is applied (`skip_reason: \"known_bad_batch\"`), and training goes on "
+        "with one notice. Needs a protected step that identifies its batches. None: the "
+        "run directory's own ledger only, under `resume`.")
     policies: dict[str, str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -398,6 +407,7 @@ class MonitorSettings:
         check_choice("alert_format", self.alert_format, ALERT_FORMATS)
         parse_report_to(self.report_to)
         check_bool("resume", self.resume)
+        _check_ledgers(self.skip_batches)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> MonitorSettings:
@@ -419,6 +429,31 @@ class MonitorSettings:
         values["alert_webhook"] = redacted_url(self.alert_webhook)
         values["report_to"] = redacted_report_to(self.report_to)
         return values
+
+
+def _check_ledgers(value: Any) -> None:
+    """``skip_batches``: paths of files that exist (a typo would otherwise skip nothing)."""
+    if value is None:
+        return
+    paths = [value] if isinstance(value, str) else value
+    if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
+        raise TypeError(f"skip_batches must be a path or a list of paths to bad_batches.jsonl "
+                        f"files; got {value!r}")
+    for path in paths:
+        if not os.path.isfile(path):
+            raise ValueError(f"skip_batches: no file {path!r}; name an earlier "
+                             "run's bad_batches.jsonl, or leave skip_batches unset")
+
+
+def ledger_paths(settings: MonitorSettings, log_dir: str) -> list[str]:
+    """The bad-batch ledgers a run reads at its start: ``skip_batches``, and under ``resume``
+    the run directory's own."""
+    value = settings.skip_batches
+    paths = [] if value is None else [value] if isinstance(value, str) else list(value)
+    own = os.path.join(log_dir, "bad_batches.jsonl")
+    if settings.resume and os.path.isfile(own) and own not in paths:
+        paths.append(own)
+    return paths
 
 
 def _check_throughput(settings: MonitorSettings) -> None:

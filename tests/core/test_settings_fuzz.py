@@ -58,6 +58,7 @@ VALID = {
                       "https://oapi.dingtalk.com/robot/send?access_token=abc"],
     "alert_format": ["json", "slack", "feishu", "dingtalk"],
     "report_to": [None, "mlflow", ["mlflow"], {"mlflow": {"experiment": "sft", "port": 5}}],
+    "skip_batches": [None],             # a path: it must exist (tests/core/test_bad_batches.py)
     "trend_warmup": [0, 1, 10**6], "pace_window": [2, 20, 10**4],
     "throughput_drop_factor": [1.01, 1.5, 100], "throughput_baseline": [None, 1e-3, 1e6],
     "data_bound_share": [None, 0.01, 0.5, 1.0], "memory_growth_window_s": [0.1, 600, 86400],

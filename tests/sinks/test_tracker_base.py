@@ -13,6 +13,8 @@ import mindwatch.monitor
 from mindwatch import Monitor
 from mindwatch.observation import DeviceSample, HardwareSample
 from mindwatch.report.summary import summarize_dir
+from mindwatch.settings import MonitorSettings
+from mindwatch.sinks.factory import open_sinks
 from mindwatch.trackers.base import TrackerSink
 
 
@@ -116,3 +118,21 @@ def test_an_end_the_tracker_could_not_complete_is_said_in_the_run_log(tmp_path, 
     said = [r["message"] for r in lines if r["kind"] == "notice"]
     assert len(said) == 1 and "Kept did not take" in said[0] and "went away" in said[0], said
     assert lines[-1]["kind"] == "notice" and lines[-2]["kind"] == "end"
+
+
+@pytest.mark.parametrize(("options", "ranks"), [({}, [0]), ({"all_ranks": True}, [0, 1])])
+def test_rank_0_reports_unless_every_rank_is_asked_for(tmp_path, options, ranks):
+    opened = []
+
+    def open_tracker(name, options, log_dir, rank):
+        opened.append(rank)
+        return Kept(log_dir, [])
+    settings = MonitorSettings(report_to={"mlflow": options})
+    for rank in (0, 1):
+        sinks = open_sinks(settings, log_dir=str(tmp_path), log_path=str(tmp_path / f"{rank}"),
+                           rank=rank, local_rank=rank, console=Kept(str(tmp_path), []),
+                           framework_sinks={}, open_tracker=open_tracker)
+        for sink in sinks:
+            sink.close()
+    assert opened == ranks
+    assert Kept(str(tmp_path), []).run_name == tmp_path.name

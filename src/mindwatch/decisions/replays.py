@@ -79,6 +79,12 @@ class Replays:
         self._host, self._device, self._hardware = socket.gethostname(), device, hardware
         self._epoch: int | None = None
         self._epoch_first_step = 1
+        self._last: dict[str, Any] | None = None       # the latest replay record's fields
+
+    def replayed(self, step: int) -> dict[str, Any] | None:
+        """The replay record of ``step``, when that step was computed again."""
+        last = self._last
+        return last if last is not None and last[Replay.STEP] == step else None
 
     @property
     def _place(self) -> tuple[str, int | None]:
@@ -95,11 +101,12 @@ class Replays:
             return found
         first_loss, first_norm = _number(obs.loss), _number(obs.grad_norm)
         reproduced = same(first_loss, outcome.loss) and same(first_norm, outcome.grad_norm)
-        self._emit(records.REPLAY, {
+        self._last = {
             Replay.STEP: obs.step, Replay.ANOMALY: found[0].kind if found else None,
             Replay.REPRODUCED: reproduced, Replay.LOSS: first_loss,
             Replay.GRAD_NORM: first_norm, Replay.REPLAY_LOSS: outcome.loss,
-            Replay.REPLAY_GRAD_NORM: outcome.grad_norm, Replay.HEALTHY: outcome.healthy})
+            Replay.REPLAY_GRAD_NORM: outcome.grad_norm, Replay.HEALTHY: outcome.healthy}
+        self._emit(records.REPLAY, dict(self._last))
         numbers = (f"loss {fmt.number(first_loss)} then {fmt.number(outcome.loss)}, gradient "
                    f"norm {fmt.number(first_norm)} then {fmt.number(outcome.grad_norm)}")
         # the framework's own step within the epoch where it gives one (a resumed

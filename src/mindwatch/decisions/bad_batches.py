@@ -1,0 +1,129 @@
+"""The bad batches (contract 1.10): which samples a step's anomaly came with, kept in a
+ledger, and withheld by themselves when the run comes back.
+
+- every anomaly of a step whose batch the adapter identified (``observe(batch=...)``,
+  basics/batch_identity.py) carries it: ``batch`` = its fingerprint and sample indices;
+- a withheld step (``skipped``) whose anomalies replayed as anomalous again (bit-identical
+  or not: the batch fails again), or that no replay checked, enters ``bad_batches.jsonl`` in
+  the run directory: one line per batch (fingerprint, indices, step, epoch, kinds, origin rank,
+  ``reproduced``: true, or null without a replay). A replay that came out healthy is a
+  transient fault of the device, never the batch's: it never enters. Each rank writes its own
+  batch's line (appends of one short line: whole on a local or network filesystem);
+- the ledger of a resumed run directory (``resume=True``) and the ledgers ``skip_batches``
+  names are read at the start: ``known(fingerprint)`` answers the adapters, whose protected
+  step withholds a known batch's update before it is applied, and reports the step
+  ``skipped`` with ``skip_reason="known_bad_batch"``: then its anomalies are left unsaid
+  (no stop, no new report) and one notice says which batch it was. Matched by content, never
+  by step: a restarted run's data may come in another order.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ..anomaly import TRANSIENT_FAULT, Anomaly
+from ..basics.batch_identity import FINGERPRINT, INDICES
+from ..observation import StepObservation
+from ..records import Anomaly as AnomalyRecord
+from ..records import BadBatch, Replay
+
+LEDGER = "bad_batches.jsonl"
+KNOWN_BAD_BATCH = "known_bad_batch"
+
+
+def read_ledger(path: str) -> list[dict[str, Any]]:
+    """The entries of a ledger file; a torn last line (a crash mid-write) is left out.
+    Raises ValueError naming the file and the line for anything else unreadable."""
+    entries = []
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.read().split("\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):        # the last line, unfinished: a crash's
+                continue
+            raise ValueError(f"{path}:{number}: not a bad-batch ledger line ({exc}); fix or "
+                             "remove the line") from exc
+        if not isinstance(entry, dict) or not isinstance(entry.get(FINGERPRINT), str):
+            raise ValueError(f"{path}:{number}: a ledger line needs a 'fingerprint' string; "
+                             "is this a mindwatch bad_batches.jsonl?")
+        entries.append(entry)
+    return entries
+
+
+class BadBatches:
+    """``log_dir``: where this run's ledger is written; ``known_from``: ledgers read at the
+    start (the resumed directory's own, ``skip_batches``); ``replayed(step)``: the replay
+    record of ``step`` when one ran (None: no replay)."""
+
+    def __init__(self, *, log_dir: str, rank: int, known_from: Iterable[str] = (),
+                 replayed: Callable[[int], Mapping[str, Any] | None] = lambda step: None):
+        self.path = os.path.join(log_dir, LEDGER)
+        self.rank = rank
+        self._replayed = replayed
+        self._lock = threading.Lock()
+        self._known: dict[str, dict[str, Any]] = {}
+        for path in known_from:
+            for entry in read_ledger(path):
+                self._known.setdefault(entry[FINGERPRINT], entry)
+
+    def known(self, batch: Mapping[str, Any] | str | None) -> dict[str, Any] | None:
+        """The ledger entry of a batch (its identity or fingerprint); None: not a known one."""
+        if batch is None:
+            return None
+        fingerprint = batch if isinstance(batch, str) else batch.get(FINGERPRINT)
+        return self._known.get(str(fingerprint))
+
+    @property
+    def entries(self) -> list[dict[str, Any]]:
+        return list(self._known.values())
+
+    def review(self, obs: StepObservation, found: list[Anomaly]) -> tuple[list[Anomaly],
+                                                                        str | None]:
+        """The step's anomalies with its batch, and a notice to give (a known batch's step:
+        its anomalies are left unsaid). Enters the batch into the ledger when it earned it."""
+        batch = obs.batch
+        if obs.skip_reason == KNOWN_BAD_BATCH:
+            entry = self.known(batch) or {}
+            return [a for a in found if a.kind == TRANSIENT_FAULT], (
+                f"step {obs.step}: its update was withheld, its batch being a known bad one "
+                f"({(batch or {}).get(FINGERPRINT)}, bad at step {entry.get(BadBatch.STEP)}: "
+                f"{', '.join(entry.get(BadBatch.KINDS) or [])}); training goes on")
+        if batch is None:
+            return found, None
+        for anomaly in found:
+            anomaly.fields[AnomalyRecord.BATCH] = dict(batch)
+        own = [a for a in found if a.kind != TRANSIENT_FAULT
+               and a.origin_rank in (None, self.rank)]
+        transient = any(a.kind == TRANSIENT_FAULT for a in found)
+        if obs.skipped and own and not transient:
+            self._enter(obs, batch, own)
+        return found, None
+
+    def _enter(self, obs: StepObservation, batch: Mapping[str, Any],
+               found: list[Anomaly]) -> None:
+        fingerprint = str(batch.get(FINGERPRINT))
+        if fingerprint in self._known:
+            return
+        replay = self._replayed(obs.step)
+        entry = {BadBatch.FINGERPRINT: fingerprint, BadBatch.INDICES: batch.get(INDICES),
+                 BadBatch.STEP: obs.step, BadBatch.EPOCH: obs.epoch,
+                 BadBatch.KINDS: sorted({a.kind for a in found}),
+                 BadBatch.ORIGIN_RANK: self.rank,
+                 BadBatch.REPRODUCED: None if replay is None else True,
+                 BadBatch.TIME: time.time()}
+        if replay is not None and replay.get(Replay.HEALTHY):
+            return                              # the device's fault, not the batch's
+        self._known[fingerprint] = entry
+        line = json.dumps(entry, allow_nan=False) + "\n"
+        with self._lock:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(line)
