@@ -94,7 +94,7 @@ test-torch: $(TORCH_VENV)/.installed
 # as in .venv, MindSpore Transformers, MLflow with its server, SwanLab, W&B), built once and
 # rebuilt when the lock changes. Their tests are tests/trackers/: each tracker for real (an
 # MLflow server each module starts, SwanLab's local mode, W&B offline), under the monitor,
-# Model.train and MindFormers' Trainer; then tests/trackers/torch/ in .venv-torch (whose lock
+# Model.train and MindFormers' Trainer; then tests/trackers/pytorch_paths/ in .venv-torch (whose lock
 # has the three trackers' client libraries), against a server run from .venv-trackers.
 TRACKERS_VENV := .venv-trackers
 $(TRACKERS_VENV)/.installed: requirements-trackers.lock requirements-mindformers.lock pyproject.toml
@@ -108,9 +108,9 @@ $(TRACKERS_VENV)/.installed: requirements-trackers.lock requirements-mindformers
 
 test-trackers: $(TRACKERS_VENV)/.installed $(TORCH_VENV)/.installed
 	$(TRACKERS_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider tests/trackers \
-	  --ignore=tests/trackers/torch $(PYTEST_ARGS)
+	  --ignore=tests/trackers/pytorch_paths $(PYTEST_ARGS)
 	MINDWATCH_TRACKER_SERVER_PYTHON=$(TRACKERS_VENV)/bin/python $(TORCH_VENV)/bin/python -m \
-	  pytest -n 2 -p no:cacheprovider tests/trackers/torch $(PYTEST_ARGS)
+	  pytest -n 2 -p no:cacheprovider tests/trackers/pytorch_paths $(PYTEST_ARGS)
 
 # Real jobs past two ranks (tests/scale, marked scale; make test leaves them out): msrun with 8
 # and with 16 ranks on this host, msrun with 8 and torchrun with 4 on two nodes (each node a

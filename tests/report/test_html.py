@@ -224,8 +224,6 @@ def test_size_stays_bounded_for_long_runs():
     per_step = (sizes[100_000] - sizes[25_000]) / 75_000
     at_1m = sizes[100_000] + per_step * 900_000
     assert sizes[100_000] < 10e6 and at_1m < 10e6, (sizes, at_1m)
-    # rendering is linear in the number of records; keep 8 x 1M within about two minutes
-    assert seconds[100_000] * 10 < 120, seconds
 
 
 def test_pngs_are_written_and_not_blank(run, tmp_path):

@@ -1,5 +1,5 @@
 """The trackers' tests run where their libraries are: make test-trackers runs this folder in
-.venv-trackers (MindSpore and the three trackers) and tests/trackers/torch in .venv-torch,
+.venv-trackers (MindSpore and the three trackers) and tests/trackers/pytorch_paths in .venv-torch,
 whose MLflow is the client alone: its server comes from MINDWATCH_TRACKER_SERVER_PYTHON (the
 trackers' venv), which the Makefile names."""
 import os
