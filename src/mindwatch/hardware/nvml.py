@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,7 +66,13 @@ class NvmlProbe:
         nvml = self._module
         if nvml is None:
             try:
-                import pynvml
+                # the deprecated "pynvml" package (which SwanLab and others pull in) wraps
+                # nvidia-ml-py's module and warns at import: the same module, said to the user
+                # as if mindwatch had chosen it
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", "The pynvml package is deprecated",
+                                            FutureWarning)
+                    import pynvml
             except ImportError:
                 self._disable("NVML unavailable (pynvml is not installed; on NVIDIA GPU "
                               "machines: pip install nvidia-ml-py); GPU sampling is off")
