@@ -24,6 +24,8 @@ Stand-ins, and what each gives the block:
   ``train_dataset`` (2 batches of 4), ``valid_dataset``.
 - ``classifier_nan`` (mindspore): the same, with a ``dataset`` of 4 batches whose second
   holds a NaN.
+- ``classifier_nan_restart`` (mindspore): ``classifier``'s model, and ``make_dataset()``,
+  which builds ``classifier_nan``'s ``dataset`` anew (a restarted process's data).
 - ``own_step_nan`` (mindspore): ``batches`` (6), ``train_one_step(batch) -> (loss,
   grad_norm)`` (a custom loop's own ``value_and_grad`` step), ``current_lr``; the third batch
   holds a NaN.
@@ -94,6 +96,13 @@ BLOCKS: dict[str, Run | Signature | Skip] = {
     "docs/api.md#run-segments-resumetrue-and-state_dict:1": Run(
         "mindspore", "trained_monitor", _completed(6),
         then="assert monitor.monitor.last_step == 6   # the history of the 6 steps is back"),
+    # the NaN batch stops the first run at step 2; the restarted one withholds it by itself
+    "docs/api.md#bad-batches-named-and-withheld-by-themselves-when-the-run-comes-back-mindspore:1":
+        Run("mindspore", "classifier_nan_restart", _completed(4),
+            then="import json\n"
+                 "records = [json.loads(line) for line in open('runs/exp1/rank_0.jsonl')]\n"
+                 "steps = [r.get('skip_reason') for r in records if r['kind'] == 'step']\n"
+                 "assert steps[-4:] == [None, 'known_bad_batch', None, None], steps"),
     "docs/api.md#alerts-a-webhook:1": Run(
         "mindspore", then="assert monitor.settings.alert_format == 'slack'"),
     "docs/api.md#activations-and-attention-logits:1": Run(
@@ -137,6 +146,14 @@ BLOCKS: dict[str, Run | Signature | Skip] = {
     "docs/torch.md#one-line-in-your-code:1": Run(
         "torch", "regression_nan", _stopped(3),
         then="assert monitor.stop_requested.kind == 'loss_nonfinite'"),
+    "docs/torch.md#bad-batches:1": Run(
+        "torch", "regression_nan", _completed(4),
+        then="import json\n"
+             "rows = [json.loads(line) for line in open('runs/exp1/rank_0.jsonl')]\n"
+             "assert [r['step'] for r in rows if r.get('skip_reason') == 'known_bad_batch']"
+             " == [3]\n"
+             "ledger = [json.loads(line) for line in open('runs/exp1/bad_batches.jsonl')]\n"
+             "assert [e['step'] for e in ledger] == [3]"),
     "docs/torch.md#one-line-in-your-code:2": Run("torch", "hf_trainer", _completed(4)),
     "docs/torch.md#one-line-in-your-code:3": Run("torch", "lightning_module", _completed(4)),
     # offline, in the test's directory (no login here): one run each, its steps all there

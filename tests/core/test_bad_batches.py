@@ -11,8 +11,9 @@ import pytest
 
 from mindwatch import Monitor
 from mindwatch.basics.batch_identity import fingerprint, host_numbers, identity
-from mindwatch.decisions.bad_batches import KNOWN_BAD_BATCH, BadBatches, read_ledger
+from mindwatch.decisions.bad_batches import KNOWN_BAD_BATCH, BadBatches
 from mindwatch.observation import StepObservation
+from mindwatch.runlog.bad_batches import read_ledger
 
 RNG = np.random.default_rng(0)
 GOOD = [RNG.standard_normal((8, 4)).astype(np.float32) for _ in range(6)]
@@ -135,3 +136,18 @@ def test_bad_ledgers_are_refused_by_name(tmp_path):
     garbage.write_text('not json\n{"fingerprint": "ab"}\n')
     with pytest.raises(ValueError, match=r"garbage\.jsonl:1: not a bad-batch ledger line"):
         Monitor(str(tmp_path / "b"), stream=io.StringIO(), skip_batches=str(garbage))
+
+
+def test_the_summary_names_the_bad_batches_and_how_to_be_rid_of_them(tmp_path, capsys):
+    from mindwatch.cli import main
+
+    run = tmp_path / "run"
+    _run(run, [GOOD[0], GOOD[1], POISONED, GOOD[3]])
+    assert main(["summary", str(run)]) == 1
+    out = capsys.readouterr().out
+    fingerprint_ = _identity(POISONED)["fingerprint"]
+    assert "bad batches (bad_batches.jsonl): 1 batch; resume=True (or skip_batches= this " \
+           "file) withholds them by themselves" in out
+    assert f"step 3: loss_nonfinite, samples 16-23, batch {fingerprint_}" in out
+    assert main(["summary", "--json", str(run)]) == 1
+    assert json.loads(capsys.readouterr().out)["bad_batches"][0]["fingerprint"] == fingerprint_

@@ -56,6 +56,10 @@ def classifier_nan() -> dict[str, Any]:
     return {**_model(), "dataset": _dataset(4, nan_batch=2)}
 
 
+def classifier_nan_restart() -> dict[str, Any]:
+    return {**_model(), "make_dataset": lambda: _dataset(4, nan_batch=2)}
+
+
 def own_step_nan() -> dict[str, Any]:
     """A custom loop's own step: ``value_and_grad``, the optimizer, and the numbers it knows
     (the loss and the global gradient norm) as Python floats."""

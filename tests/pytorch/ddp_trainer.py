@@ -8,7 +8,9 @@ SIGTERM during step 6; its own handler, which mindwatch chains to once the run i
 raises ``Preempted``). Each backward is given a closure (replay). ``stop_exit_code=42``:
 each rank writes ``exit_rank<R>`` (the status ``close`` exited with, or ``preempted``) in
 LOG_DIR before it exits so.
-``nan_rank<R>``: rank R's loss NaN at step 6 (tests/scale's jobs of more ranks)."""
+``nan_rank<R>``: rank R's loss NaN at step 6 (tests/scale's jobs of more ranks).
+``bad_batch_rank1``: rank 1's batch of step 6 holds a NaN (the data's, the same each run).
+A third argument ``resume``: the run directory resumed (``resume=True``) from scratch."""
 import io
 import os
 import signal
@@ -32,7 +34,7 @@ def _preempted(signum, frame):
     raise Preempted(signum)
 
 
-def main(log_dir: str, fault: str) -> None:
+def main(log_dir: str, fault: str, resume: bool = False) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     signal.signal(signal.SIGTERM, _preempted)
@@ -43,7 +45,7 @@ def main(log_dir: str, fault: str) -> None:
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
         ddp.register_comm_hook(None, allreduce_hook)
     monitor = TrainMonitor(log_dir, stream=io.StringIO(), consistency_interval=5,
-                           stop_exit_code=42)
+                           stop_exit_code=42, resume=resume)
     optimizer = monitor.protect(torch.optim.AdamW(ddp.parameters(), lr=1e-2), model=ddp)
     generator = torch.Generator().manual_seed(100 + rank)       # each rank its own data
     for step in range(1, STEPS + 1):
@@ -51,6 +53,8 @@ def main(log_dir: str, fault: str) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
         x = torch.randn(16, 8, generator=generator)
         y = x[:, :1] + torch.randn(16, 1, generator=generator)
+        if fault == "bad_batch_rank1" and rank == 1 and step == 6:
+            x[3, 2] = float("nan")
         calls = []
 
         def loss_of(x=x, y=y, step=step, calls=calls):
@@ -87,4 +91,4 @@ def _said(log_dir: str, rank: int, status: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3:] == ["resume"])

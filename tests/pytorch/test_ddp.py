@@ -173,3 +173,30 @@ def test_under_a_trainer_a_nan_on_one_rank_stops_both_at_the_same_step(tmp_path,
            if pipeline == "HF Trainer" else
            tmp_path / "run" / "checkpoints" / f"lightning_step{BAD_STEP}.ckpt")
     assert own.exists()
+
+
+def test_a_known_bad_batch_on_one_rank_is_withheld_on_both_when_the_job_comes_back(tmp_path):
+    """Rank 1's bad batch stops the job and enters the ledger (rank 1's line); the job
+    resumed in the same directory withholds that step on both ranks by itself (the shared
+    verdict carries that a rank's batch was a known one): no anomaly, no stop, no replay."""
+    torchrun(tmp_path, "bad_batch_rank1", fails=True)
+    [entry] = [json.loads(line) for line in
+               (tmp_path / "bad_batches.jsonl").read_text().splitlines()]
+    assert (entry["step"], entry["origin_rank"]) == (6, 1)
+    torchrun(tmp_path, "bad_batch_rank1", "resume")
+    for rank in (0, 1):
+        found = records(tmp_path, rank=rank)
+        found = found[max(i for i, r in enumerate(found) if r["kind"] == "run"):]
+        steps = [r for r in found if r["kind"] == "step"]
+        assert [s["step"] for s in steps] == list(range(1, 13)), rank
+        assert [(s["step"], s.get("skip_reason")) for s in steps if s["skipped"]] == [
+            (6, "known_bad_batch")], rank
+        assert not [r for r in found if r["kind"] in ("anomaly", "replay")], rank
+        said = [r["message"] for r in found if r["kind"] == "notice" and "known bad" in
+                r["message"]]
+        # rank 1's own batch is the ledger's; rank 0 withheld it for rank 1's
+        assert len(said) == 1 and ("bad at step 6" if rank else "another rank's batch") in \
+            said[0], (rank, said)
+    assert exit_statuses(tmp_path) == ["42", "42"]      # the first run's, left as they were
+    weights = [torch.load(tmp_path / f"weights_rank{rank}.pt") for rank in (0, 1)]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])

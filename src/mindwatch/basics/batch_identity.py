@@ -7,10 +7,13 @@ Where the batch is (a protected step on the device, a host array), each input te
 how many are not finite, and how many there are. Sums do not depend on the samples' order, and
 a batch poisoned with NaN still has a fingerprint of its own (its non-finite count; NaN itself
 would never compare equal). The fingerprint is those numbers to ``DIGITS`` significant digits,
-hashed: float32 sums of the same elements taken in another order (another kernel's reduction
-tree, the samples shuffled within the batch) differ in the 7th digit, not the 6th. (Two sums
-on either side of a rounding boundary would differ: rare, and such a batch is then met as a
-new one, never a wrong one.)
+hashed. The sums are accumulated in float64 and rounded once to float32 (where the device
+has no float64, MPS, in float32): a float32 accumulation of the same elements in another
+order (another kernel's reduction tree, the samples shuffled within the batch) differs by
+about 1e-7 of the terms' magnitude, which is the 4th digit of a sum that cancels (zero-mean
+inputs), while float64's error stays far below the 6th. (Two sums on either side of a
+rounding boundary would differ: rare, and such a batch is then met as a new one, never a
+wrong one.)
 """
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ def _rounded(value: float) -> str:
 
 def host_numbers(arrays: Iterable[Any]) -> list[float]:
     """The numbers of a batch held on the host (numpy arrays, or what ``numpy.asarray``
-    takes), computed as the device computes them: in float32."""
+    takes), computed as the device computes them: the values in float32, their sums
+    accumulated in float64 and rounded to float32."""
     import numpy as np
 
     found: list[float] = []
@@ -47,8 +51,8 @@ def host_numbers(arrays: Iterable[Any]) -> list[float]:
         values = np.asarray(array).astype(np.float32, copy=False).reshape(-1)
         finite = np.isfinite(values)
         kept = np.where(finite, values, np.float32(0.0))
-        found += [float(kept.sum(dtype=np.float32)),
-                  float((kept * kept).sum(dtype=np.float32)),
+        wide = kept.astype(np.float64)      # accumulated exactly, rounded once to float32
+        found += [float(np.float32(wide.sum())), float(np.float32((wide * wide).sum())),
                   float(values.size - int(finite.sum())), float(values.size)]
     return found
 

@@ -30,32 +30,9 @@ from ..basics.batch_identity import FINGERPRINT, INDICES
 from ..observation import StepObservation
 from ..records import Anomaly as AnomalyRecord
 from ..records import BadBatch, Replay
+from ..runlog.bad_batches import LEDGER, read_ledger
 
-LEDGER = "bad_batches.jsonl"
 KNOWN_BAD_BATCH = "known_bad_batch"
-
-
-def read_ledger(path: str) -> list[dict[str, Any]]:
-    """The entries of a ledger file; a torn last line (a crash mid-write) is left out.
-    Raises ValueError naming the file and the line for anything else unreadable."""
-    entries = []
-    with open(path, encoding="utf-8") as handle:
-        lines = handle.read().split("\n")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines):        # the last line, unfinished: a crash's
-                continue
-            raise ValueError(f"{path}:{number}: not a bad-batch ledger line ({exc}); fix or "
-                             "remove the line") from exc
-        if not isinstance(entry, dict) or not isinstance(entry.get(FINGERPRINT), str):
-            raise ValueError(f"{path}:{number}: a ledger line needs a 'fingerprint' string; "
-                             "is this a mindwatch bad_batches.jsonl?")
-        entries.append(entry)
-    return entries
 
 
 class BadBatches:
@@ -91,10 +68,14 @@ class BadBatches:
         its anomalies are left unsaid). Enters the batch into the ledger when it earned it."""
         batch = obs.batch
         if obs.skip_reason == KNOWN_BAD_BATCH:
-            entry = self.known(batch) or {}
-            return [a for a in found if a.kind == TRANSIENT_FAULT], (
+            entry = self.known(batch)
+            kept = [a for a in found if a.kind == TRANSIENT_FAULT]
+            if entry is None:       # under data parallelism: another rank's batch is known
+                return kept, (f"step {obs.step}: its update was withheld on every rank, "
+                              "another rank's batch being a known bad one; training goes on")
+            return kept, (
                 f"step {obs.step}: its update was withheld, its batch being a known bad one "
-                f"({(batch or {}).get(FINGERPRINT)}, bad at step {entry.get(BadBatch.STEP)}: "
+                f"({entry.get(BadBatch.FINGERPRINT)}, bad at step {entry.get(BadBatch.STEP)}: "
                 f"{', '.join(entry.get(BadBatch.KINDS) or [])}); training goes on")
         if batch is None:
             return found, None

@@ -26,6 +26,7 @@ from .ranks.consensus import consensus_for
 from .ranks.distributed import current_rank, replicated_state
 from .ranks.fingerprints import Fingerprinter
 from .ranks.own_work import OwnWork
+from .reading.batch import BatchGuard
 from .reading.cb_params import (
     SINK_MODE_DROPPED,
     batch_size_of,
@@ -94,7 +95,7 @@ class TrainMonitor(Callback):
             snapshots=TrainStateSnapshots(self._train_cell),
             sinks={"mindinsight": open_mindinsight_sink}, unprotected=self._unprotected,
             saved_states=lambda: self._saved.states(), tensorboard_dir=tensorboard_dir,
-            replay=lambda: replay_outcome(self.train_step, self._cb_params),
+            replay=self._replay,
             consensus=consensus_for, fingerprinter=Fingerprinter,
             push_limits=lambda limits: self._limits.push(self.train_step, limits),
             replicated=self._replicated)
@@ -105,6 +106,7 @@ class TrainMonitor(Callback):
             log_dir, rank=rank.rank, world_size=rank.world_size, local_rank=rank.local_rank,
             stream=stream, clock=clock, framework=framework, **settings)
         self._cb_params = None
+        self._batches = BatchGuard(self.monitor)   # the step's batch (issue #46)
         self._last_step_num = 0
         self._mark: float | None = None        # the latest step end (step time)
         self._data_mark: float | None = None   # when this callback's step end was done
@@ -205,7 +207,8 @@ class TrainMonitor(Callback):
                                 probed=network, activations=activations,
                                 attention_logits=attention_logits)
         return JitTrainStep(cell, state_due=lambda: self._states.due(self.monitor.last_step + 1),
-                            clock=self.monitor.clock.perf_counter)
+                            clock=self.monitor.clock.perf_counter, batches=self._batches,
+                            next_step=lambda: self.monitor.last_step + 1)
 
     def _build_step(self, network: nn.Cell, optimizer: nn.Optimizer,
                     **options: Any) -> MonitoredTrainStep:
@@ -342,6 +345,12 @@ class TrainMonitor(Callback):
         self._work.begin()
         if self.train_step is not None and self._is_wrapped(cb):   # cur_step_num: the coming step
             self.train_step.state_due = self._states.due(int(cb.cur_step_num))
+        if field(cb, "dataset_sink_mode", False):
+            self._batches.sink_mode()
+        else:                   # its identity; a known bad one's update withheld
+            self._batches.begin(int(cb.cur_step_num), field(cb, "train_dataset_element"),
+                                self.train_step if self._is_wrapped(cb)
+                                else field(cb, "train_network"))
 
     def on_train_step_end(self, run_context) -> None:
         now = self.monitor.clock.perf_counter()
@@ -363,6 +372,7 @@ class TrainMonitor(Callback):
             if out.param_sq_norms is not None and self._layers is None:
                 names = self._reader.layer_names(cell)
                 self._layers = LayerGrouping(names) if names else None
+        self._batches.mark(out, step)           # the bounds restored, once the outputs are read
         if out.lr_groups is None:
             out.lr_groups = self._lr.applied(optimizer_of(cb))
         if out.grad_norm is None and not self._said_grads_off:
@@ -459,6 +469,12 @@ class TrainMonitor(Callback):
         """``FrameworkHooks.replicated``: from MindSpore's parallel context
         (``replicated_state``); a framework built on MindSpore adds what its config says."""
         return replicated_state(self.monitor.world_size)
+
+    def _replay(self) -> Any:
+        """``FrameworkHooks.replay``; a known bad batch's step is not computed again."""
+        if self._batches.withheld:
+            return None
+        return replay_outcome(self.train_step, self._cb_params)
 
     def _save_checkpoint(self, step: int, reason: str) -> str | None:
         cell = self._train_cell()

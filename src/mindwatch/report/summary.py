@@ -22,10 +22,12 @@ from ..anomaly import HANG
 from ..basics import format as fmt
 from ..events import counts, group, summary_entry
 from ..records import Anomaly, Common, End, Rewind, Step
-from ..runlog import RankScan, RunLog
+from ..runlog import RankScan, RunLog, RunLogError
+from ..runlog.bad_batches import read_run_ledger
 from ..runlog.goodput import goodput, goodput_text
 from ..runlog.segments import Segment
 from ..runlog.steps import StepIndex, last_common_step
+from .bad_batches_text import ledger_lines
 from .spread import STATS, min_median_max, rank_spread, spread_text
 from .watched import not_watched, segment_fixes
 
@@ -51,6 +53,7 @@ REWIND_FIELDS = (Rewind.STEP, Rewind.TO_STEP, Rewind.ANOMALY, Rewind.ORIGIN_RANK
 HANG_FIELDS = (Anomaly.STEP, Anomaly.VALUE, Anomaly.THRESHOLD, Anomaly.WHERE, Anomaly.ACTIONS)
 _HANGS = "hangs"
 GOODPUT = "goodput"
+BAD_BATCHES = "bad_batches"          # bad_batches.jsonl's entries (summarize_dir)
 
 
 def summarize_dir(directory: str) -> dict[str, Any]:
@@ -63,10 +66,17 @@ def summarize_dir(directory: str) -> dict[str, Any]:
 
     view = read_job(directory, bins=False)     # the summary draws no heatmap
     if view is not None and view.world_size > 1:
-        return job_summary(view)
-    run = read_ranks(directory)                # it shows no state record, draws no chart
-    result = summarize(run)
-    return job_summary(condense(run), result) if len(run.ranks) > 1 else result
+        result = job_summary(view)
+    else:
+        run = read_ranks(directory)            # it shows no state record, draws no chart
+        result = summarize(run)
+        if len(run.ranks) > 1:
+            result = job_summary(condense(run), result)
+    try:
+        result[BAD_BATCHES] = read_run_ledger(directory)
+    except ValueError as exc:
+        raise RunLogError(str(exc)) from exc
+    return result
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -74,7 +84,9 @@ def render(summary: dict[str, Any]) -> str:
     from .job.summary import JOB
     from .job.summary_text import render_job_text
 
-    return render_job_text(summary) if JOB in summary else render_text(summary)
+    text = render_job_text(summary) if JOB in summary else render_text(summary)
+    return "\n".join([text, *("  " + line for line in ledger_lines(
+        summary.get(BAD_BATCHES) or []))])
 
 
 def summarize(run: RunLog) -> dict[str, Any]:

@@ -3,6 +3,7 @@ Hugging Face's Trainer and Lightning)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from .ranks.distributed import current_rank, initialised, replicated_state
 from .ranks.fingerprints import Fingerprinter
 from .ranks.local_norms import LocalNorms
 from .ranks.shared_verdict import SharedVerdict
+from .reading.batch import BatchReading, batch_fields, known_batch, known_ledger
 from .reading.outputs import StepOutputs
 from .step.loss_window import LossWindow
 from .step.protection import ProtectedStep
@@ -98,6 +100,7 @@ class TrainMonitor:
         # wrapper): every rank holds the same state, one checkpoint is the job's
         self._ddp_wrapped = False
         self._activations: ActivationProbes | None = None
+        self._batches: BatchReading | None = None      # the batch's identity (model=)
         self._began = False
         self._said_closure = False
         self._observing: StepOutputs | None = None      # the step observe is recording
@@ -184,7 +187,7 @@ class TrainMonitor:
                                                    self._local_norms)
         # checkpoints, state records and activations name the model's own modules, without
         # DDP's "module." or torch.compile's "_orig_mod."
-        model = plain_module(model)
+        given, model = model, plain_module(model)
         self._state.model, self._state.optimizer = model, optimizer
         probe = StateProbe(self.settings.state_interval, self._parameter_names)
         self.train_step.state_probe = probe
@@ -193,6 +196,12 @@ class TrainMonitor:
         if self._activations is not None:
             self._activations.remove()
             self._activations = None
+        if self._batches is not None:
+            self._batches.remove()
+        self._batches = self.train_step.batches = \
+            BatchReading(given, model, known_ledger(self.monitor.bad_batches)) \
+            if given is not None and model is not None else None
+        self.train_step.known_batch = known_batch(self.monitor.bad_batches)
         if model is not None and (activations or attention_logits):
             self._activations = ActivationProbes(
                 model, activations=activations, attention_logits=attention_logits,
@@ -238,6 +247,12 @@ class TrainMonitor:
             self.loss_window.add(loss)          # unprotected: observe judges it all the same
         (loss if scaler is None else scaler.scale(loss)).backward(**kwargs)
 
+    def batch_given(self, batch: Any) -> None:
+        """A trainer that hands each training batch (Lightning): its tensors identify the
+        step's batch in place of the protected model's inputs (reading/batch.py)."""
+        if self._batches is not None:
+            self._batches.given(batch)
+
     def observe(self, *, step: int, **fields: Any) -> list[Anomaly]:
         """Record step ``step`` (1-based): the protected step's loss, LR, pre-clip norm and
         whether its update was withheld, read once; fields given by name (any argument of
@@ -252,7 +267,8 @@ class TrainMonitor:
             self._observing = outputs
             measured = outputs.observation()
             extra = {**measured.get("extra", {}), **(fields.get("extra") or {})}
-            fields = {**measured, **fields, **({"extra": extra} if extra else {})}
+            fields = {**measured, **batch_fields(pending), **fields,
+                      **({"extra": extra} if extra else {})}
         elif protected is None:
             self._unprotected_step(fields)
         self._say_closures()
@@ -378,6 +394,10 @@ class TrainMonitor:
         step, outputs = self.train_step, self._observing
         if step is None or outputs is None:
             return None
+        if outputs.known_bad:
+            # withheld for what its batch did before, not for what it does now: computing
+            # it again tells nothing (every rank knows it: the shared verdict says so)
+            return None
         if not step.replay.last:
             if not self._said_replay:
                 self._said_replay = True
@@ -385,9 +405,11 @@ class TrainMonitor:
                                     f"not computed again: {self.replay_unavailable}")
             return None
         params = [p for group in step.optimizer.param_groups for p in group["params"]]
-        return step.replay.replay(
-            params, step.verdict, outputs.lr_groups,
-            discard=self._local_norms.take if self._local_norms is not None else lambda: None)
+        # the replay's forwards are no new batch
+        with self._batches.paused() if self._batches is not None else nullcontext():
+            return step.replay.replay(
+                params, step.verdict, outputs.lr_groups, discard=self._local_norms.take
+                if self._local_norms is not None else lambda: None)
 
     def _unprotected(self) -> str | None:
         if self.train_step is None:

@@ -32,6 +32,8 @@ class StepOutputs:
     aux: Any = None       # the forward's other outputs (Tensors), with has_aux
     local_grad_norms: list[float] | None = None   # every rank's, before the reduction
     data_time_s: float | None = None   # jit_step: from the previous step's return to this one
+    batch: dict[str, Any] | None = None   # the batch's identity (reading/batch.py)
+    skip_reason: str | None = None     # withheld for its known bad batch (reading/batch.py)
 
     def observation(self, layers: LayerGrouping | None) -> dict[str, Any]:
         """``Monitor.observe``'s keyword arguments for these outputs (``layers`` groups the
@@ -42,7 +44,8 @@ class StepOutputs:
                 "lr_groups": lrs if lrs and len(lrs) > 1 else None,
                 "layer_grad_norms": None if self.param_sq_norms is None or layers is None
                 else layers.norms(self.param_sq_norms), "extra": self.extra or None,
-                "local_grad_norms": self.local_grad_norms}
+                "local_grad_norms": self.local_grad_norms, "batch": self.batch,
+                "skip_reason": self.skip_reason}
 
 
 def _array(value: Any) -> np.ndarray | None:

@@ -17,6 +17,7 @@ from typing import Any
 import mindspore as ms
 from mindspore import nn
 
+from ..reading.batch import BatchGuard
 from ..reading.outputs import StepOutputs, read_outputs
 from .wrap import MonitoredTrainStep
 
@@ -38,12 +39,16 @@ class JitTrainStep:
     ``grad_norm``, ``lr_groups``, ``skipped``, ``aux``: the forward's other outputs as
     Tensors with ``has_aux=True``, ``data_time_s``: the time from the previous call's return
     to this call, in which the loop fetched the batch). ``cell`` is the ``MonitoredTrainStep``
-    (save it with ``mindspore.save_checkpoint`` to keep the optimizer state too)."""
+    (save it with ``mindspore.save_checkpoint`` to keep the optimizer state too).
+    ``batches``: the monitor's ``BatchGuard`` (reading/batch.py): each step's inputs
+    identified, a known bad batch's update withheld; ``next_step()``: the step a call trains."""
 
     def __init__(self, cell: MonitoredTrainStep, *,
                  state_due: Callable[[], bool] = lambda: False,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter,
+                 batches: BatchGuard | None = None, next_step: Callable[[], int] = lambda: 0):
         self.cell, self._state_due, self._clock = cell, state_due, clock
+        self._batches, self._next_step = batches, next_step
         self._returned: float | None = None
 
         # PyNative runs a Cell op by op; the tutorials' @ms.jit compiles the step into one
@@ -60,7 +65,16 @@ class JitTrainStep:
         """``state_due()`` says whether this step is a state step (the monitor's interval):
         it then runs the state graph, whose vector the monitor reads after ``observe``."""
         start = self._clock()
-        outputs = self._step(inputs)
+        if self._batches is None:
+            outputs = self._step(inputs)
+        else:
+            step = self._next_step()
+            self._batches.begin(step, inputs, self.cell)
+            try:
+                outputs = self._step(inputs)
+            finally:
+                self._batches.release()
+            self._batches.mark(outputs, step)
         if self._returned is not None:
             outputs.data_time_s = start - self._returned
         self._returned = self._clock()

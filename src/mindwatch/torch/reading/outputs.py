@@ -32,12 +32,22 @@ class PendingStep:
     protected: bool                     # the update could have been withheld
     ranks: int = 0                      # local norms in the vector, one per rank
     rank: int = 0
+    batch: Any = None                   # the step's StepBatch (reading/batch.py), or None
+    batch_size: int = 0                 # its numbers at the end of the vector (not read yet)
+    known_bad: bool = False             # withheld before the update: a known bad batch
+    known_shared: bool = False          # the vector ends with how many ranks' were known
     _read: StepOutputs | None = field(default=None, init=False, repr=False, compare=False)
 
     def read(self) -> StepOutputs:
         """The step's numbers on the host: one read, the first time only."""
         if self._read is None:
-            self._read = self._outputs(self.stats.tolist())   # the step's one read
+            values = self.stats.tolist()                      # the step's one read
+            if self.batch_size:
+                self.batch.given(values[-self.batch_size:])
+                values = values[:-self.batch_size]
+            if self.known_shared:               # another rank's batch may be the known one
+                self.known_bad |= values.pop() > 0.5
+            self._read = self._outputs(values)
         return self._read
 
     def _outputs(self, values: list[float]) -> StepOutputs:
@@ -50,7 +60,8 @@ class PendingStep:
             loss=values[STAT_LOSS] if self.loss_known else None, grad_norm=norm,
             lr_groups=lrs, skipped=self.protected and values[STAT_APPLIED] < 0.5,
             grads_finite=None if norm is None else math.isfinite(norm), local_norms=local,
-            rank=self.rank, weight_norm=None if math.isnan(weights) else weights)
+            rank=self.rank, weight_norm=None if math.isnan(weights) else weights,
+            known_bad=self.known_bad)
 
 
 @dataclass
@@ -65,6 +76,7 @@ class StepOutputs:
     local_norms: list[float] | None = None     # every rank's, before DDP's reduction
     rank: int = 0
     weight_norm: float | None = None    # the changed weights' L2 norm before the update
+    known_bad: bool = False             # withheld as a known bad batch (reading/batch.py)
 
     def observation(self) -> dict[str, Any]:
         """Arguments of ``Monitor.observe``."""

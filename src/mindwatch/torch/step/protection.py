@@ -31,6 +31,7 @@ import torch
 
 from ..probes.state_probe import StateProbe
 from ..ranks.shared_verdict import SharedVerdict
+from ..reading.batch import BatchReading, StepBatch
 from ..reading.outputs import PendingStep
 from .loss_window import LossWindow
 from .replay import StepReplay
@@ -74,6 +75,10 @@ class ProtectedStep:
         # whether this step measures the weights' norm (TrainMonitor sets it: every
         # WEIGH_EVERY steps), for the update-size rule
         self.weigh_due: Callable[[], bool] = lambda: False
+        # the batches the model's forwards saw, and whether one is a known bad one
+        # (TrainMonitor sets them, with model=: reading/batch.py)
+        self.batches: BatchReading | None = None
+        self.known_batch: Callable[[StepBatch], bool] = lambda batch: False
         self._handles = [optimizer.register_step_pre_hook(self._before),
                          optimizer.register_step_post_hook(self._after),
                          # state_dict() and load_state_dict() read the state: settled first
@@ -99,6 +104,7 @@ class ProtectedStep:
         pending, self.pending = self.pending, None
         if pending is None:
             self.losses.take()
+            self._take_batch()
         return pending
 
     def settle(self, applied: bool) -> None:
@@ -129,6 +135,7 @@ class ProtectedStep:
                 self.replay.step_measured()
                 self.closures += 1
                 self._apply = None
+                self._take_batch()
             return
         if self.in_closure and self._measured:
             # measured already, by the trainer, after a closure run before the step: AMP's
@@ -154,20 +161,26 @@ class ProtectedStep:
             loss = self.losses.take()
             if loss is not None:
                 loss = loss.to(device, non_blocking=True)
+            batch = self._take_batch()
+            # a batch the run knows to be bad: withheld before it is applied, whatever else
+            known = batch is not None and self.skip_anomalous and self.known_batch(batch)
             lrs = [group["lr"] for group in optimizer.param_groups]
             host_lrs = [None if isinstance(lr, torch.Tensor) else float(lr) for lr in lrs]
             tensor_lrs = [lr for lr in lrs if isinstance(lr, torch.Tensor)]
             apply = self.verdict.decide(
                 loss=loss, norm=norm, tensor_lrs=tensor_lrs, device=device,
                 lrs_ok=self.verdict.lrs_within([lr for lr in host_lrs if lr is not None]))
-            local = None
+            if known:
+                apply = torch.zeros((), dtype=torch.bool, device=device)
+            local = known_anywhere = None
             if self.shared is not None:
-                apply, local = self.shared.share(apply)
+                apply, local, known_anywhere = self.shared.share(apply, known)
             copied, self._apply = False, None
             if self.skip_anomalous:           # the copies first: clipping changes no weight
                 on_host = self.verdict_on_host if self.verdict_on_host is not None \
                     else device.type == "cpu"
-                if not on_host or not bool(apply):
+                on_host = on_host or known      # the host knows it: undone whole after
+                if not on_host or known or not bool(apply):
                     self._withholding.before(optimizer, params)
                     self._apply, copied = apply, True
                     self._apply_known = on_host
@@ -186,10 +199,18 @@ class ProtectedStep:
             if local is not None:
                 stats += list(local.unbind())
             stats += [lr.detach().float().reshape(()).to(device) for lr in tensor_lrs]
+            if known_anywhere is not None:      # some rank's batch was a known bad one
+                stats.append(known_anywhere.float())
+            batch_size = 0              # the batch's numbers, unless read already (known)
+            if batch is not None and not batch.read:
+                stats += list(batch.on_device(device).unbind())
+                batch_size = batch.read_size
             self.pending = PendingStep(
                 torch.stack(stats), host_lrs, loss is not None, norm is not None,
                 self.skip_anomalous, ranks=0 if local is None else len(local),
-                rank=self.shared.rank if self.shared is not None else 0)
+                rank=self.shared.rank if self.shared is not None else 0, batch=batch,
+                batch_size=batch_size, known_bad=known,
+                known_shared=known_anywhere is not None)
 
     def _after(self, optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
         apply, self._apply = self._apply, None
@@ -204,6 +225,9 @@ class ProtectedStep:
             assert self.pending is not None           # measure() left the step's numbers
             self._unsettled = self.pending
             self._view = SettlingState.install(optimizer, self.settle_now)
+
+    def _take_batch(self) -> StepBatch | None:
+        return self.batches.take() if self.batches is not None else None
 
     def _settle_before_read(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
         self.settle_now()

@@ -96,6 +96,7 @@ class LightningCallback(Callback):
         self._samples = None if size is None or self._samples is None else \
             self._samples + size
         self.train_monitor.monitor.step_begins(trainer.global_step + 1)
+        self.train_monitor.batch_given(batch)       # the step's batch: its identity
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step <= self._observed:       # accumulating: no step yet

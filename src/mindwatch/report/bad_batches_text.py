@@ -1,0 +1,55 @@
+"""The bad batches a run met (``bad_batches.jsonl``), as ``mindwatch summary`` and the report
+name them: which step, which samples, what they did, and how to be rid of them."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..basics import format as fmt
+from ..records import BadBatch
+from ..runlog.bad_batches import LEDGER
+
+SHOWN = 3            # batches named one by one; the rest counted (the summary's 20 lines)
+
+
+def batch_line(entry: Mapping[str, Any]) -> str:
+    """"step 3 (epoch 1): loss_nonfinite, samples 16-23, batch b022163f5e8ab930 (failed
+    again on replay)"."""
+    epoch = entry.get(BadBatch.EPOCH)
+    samples = _samples(entry.get(BadBatch.INDICES))
+    replayed = {True: " (failed again on replay)", None: ""}.get(
+        entry.get(BadBatch.REPRODUCED), "")
+    return (f"step {entry.get(BadBatch.STEP)}" + (f" (epoch {epoch})" if epoch is not None
+                                                  else "")
+            + f": {', '.join(entry.get(BadBatch.KINDS) or [])}"
+            + (f", samples {samples}" if samples else "")
+            + f", batch {entry.get(BadBatch.FINGERPRINT)}{replayed}")
+
+
+def ledger_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The summary's lines for ``entries`` (none when there are none)."""
+    if not entries:
+        return []
+    lines = [f"bad batches ({LEDGER}): {fmt.count(len(entries), 'batch', 'batches')}; "
+             "resume=True (or skip_batches= this file) withholds them by themselves; to drop "
+             "them from the data, leave out the samples named"]
+    lines += [f"  {batch_line(entry)}" for entry in entries[:SHOWN]]
+    if len(entries) > SHOWN:
+        lines.append(f"  and {len(entries) - SHOWN} more in {LEDGER}")
+    return lines
+
+
+def _samples(indices: Any) -> str:
+    """Indices as runs: "16-23, 40"."""
+    if not isinstance(indices, list) or not indices:
+        return ""
+    ordered = sorted(int(i) for i in indices)
+    runs, start, last = [], ordered[0], ordered[0]
+    for index in [*ordered[1:], None]:
+        if index is not None and index == last + 1:
+            last = index
+            continue
+        runs.append(str(start) if start == last else f"{start}-{last}")
+        if index is not None:
+            start = last = index
+    return ", ".join(runs[:8]) + (", ..." if len(runs) > 8 else "")

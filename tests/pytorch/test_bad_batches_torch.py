@@ -1,0 +1,283 @@
+"""Issue #46 on PyTorch (contract 1.10): a plain loop protected with ``model=`` names the
+batch of a stopped step (its fingerprint taken from the model's inputs by a forward pre-hook:
+reading/batch.py), the step's batch enters bad_batches.jsonl, and the run resumed in the same
+directory, its data in another order, withholds that batch's update by itself before it is
+applied (``skip_reason: known_bad_batch``, the weights and optimizer state as they were, no
+anomaly, one notice, no replay) and stops on the next new bad batch. Under gradient
+accumulation the identity is the step's whole batch, whatever the order of its
+micro-batches. Then Hugging Face's Trainer (with accumulation too) and Lightning, a process
+each (trainer_stop_script.py); DDP: tests/pytorch/test_ddp.py."""
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="make test-torch runs these, in .venv-torch")
+
+from torch import nn  # noqa: E402
+
+from mindwatch.basics.batch_identity import fingerprint, host_numbers  # noqa: E402
+from mindwatch.runlog.bad_batches import read_ledger  # noqa: E402
+from mindwatch.torch import TrainMonitor  # noqa: E402
+from torch_helpers import bitwise_equal, records, snapshot, tiny_model  # noqa: E402
+
+GENERATOR = torch.Generator().manual_seed(3)
+GOOD = [(torch.randn(8, 8, generator=GENERATOR), torch.randn(8, 1, generator=GENERATOR))
+        for _ in range(8)]
+
+
+def poisoned(index, row=3):
+    x, y = GOOD[index]
+    x = x.clone()
+    x[row, 2] = float("nan")
+    return x, y
+
+
+def shuffled(batch, seed=0):
+    order = torch.randperm(len(batch[0]), generator=torch.Generator().manual_seed(seed))
+    return batch[0][order], batch[1][order]
+
+
+def host_fingerprint(*xs):
+    """The model sees x (the loss takes y outside it): the batch is its x, as the host
+    computes it (basics/batch_identity.py), the micro-batches' put together."""
+    return fingerprint(host_numbers([np.concatenate([x.numpy() for x in xs])]))
+
+
+def train(log_dir, steps, *, on_host=None, **settings):
+    """The docs' loop, protected with model=; each step a list of micro-batches (gradient
+    accumulation), each backpropagated through a closure (a withheld step is replayed), an
+    evaluation forward between steps. Returns the steps run and the model and optimizer
+    state after each."""
+    model = tiny_model()
+    monitor = TrainMonitor(str(log_dir), stream=io.StringIO(), hardware_interval_s=None,
+                           **settings)
+    optimizer = monitor.protect(torch.optim.AdamW(model.parameters(), lr=1e-2), model=model)
+    monitor.train_step.verdict_on_host = on_host
+    after = {0: snapshot(model, optimizer)}
+    for step, micro in enumerate(steps, start=1):
+        share = 1.0 / len(micro)
+        for x, y in micro:
+            monitor.backward(lambda x=x, y=y, share=share:
+                             nn.functional.mse_loss(model(x), y) * share)
+        optimizer.step()
+        optimizer.zero_grad()
+        model.eval()                    # an evaluation's forward: no training batch
+        with torch.no_grad():
+            model(torch.randn(4, 8))
+        model.train()
+        monitor.observe(step=step)
+        after[step] = snapshot(model, optimizer)
+        if monitor.stop_requested:
+            break
+    monitor.close(exit=False)
+    return list(after)[1:], after
+
+
+def segment(log_dir):
+    """The last run segment's records."""
+    found = records(log_dir)
+    return found[max(i for i, r in enumerate(found) if r["kind"] == "run"):]
+
+
+@pytest.mark.parametrize("on_host", [None, False], ids=["cpu-way", "accelerator-way"])
+def test_a_stopped_batch_is_withheld_by_itself_when_the_run_comes_back(tmp_path, on_host):
+    run = tmp_path / "run"
+    first = [[GOOD[0]], [GOOD[1]], [poisoned(2)], [GOOD[3]]]
+    assert train(run, first, on_host=on_host)[0] == [1, 2, 3]
+    # the NaN input makes the loss and the gradients non-finite: both name the batch
+    kinds = ["gradient_nonfinite", "loss_nonfinite"]
+    anomalies = records(run, "anomaly")
+    assert sorted(a["anomaly"] for a in anomalies) == kinds
+    assert {a["step"] for a in anomalies} == {3}
+    assert len({json.dumps(a["batch"]) for a in anomalies}) == 1
+    anomaly = anomalies[0]
+    assert anomaly["batch"] == {"fingerprint": host_fingerprint(poisoned(2)[0]),
+                                "indices": None}
+    [entry] = read_ledger(str(run / "bad_batches.jsonl"))
+    assert (entry["fingerprint"], entry["step"], entry["kinds"]) == (
+        anomaly["batch"]["fingerprint"], 3, kinds)
+
+    # the run comes back with its data in another order: the bad batch at step 2, its
+    # samples shuffled; a new bad batch at step 4
+    second = [[GOOD[3]], [shuffled(poisoned(2))], [GOOD[4]], [poisoned(5, row=0)], [GOOD[6]]]
+    ran, after = train(run, second, on_host=on_host, resume=True)
+    assert ran == [1, 2, 3, 4]
+    assert bitwise_equal(after[1], after[2])         # step 2's update was never applied
+    assert not bitwise_equal(after[2], after[3])     # step 3's was
+    found = segment(run)
+    steps = {r["step"]: r for r in found if r["kind"] == "step"}
+    assert (steps[2]["skipped"], steps[2]["skip_reason"]) == (True, "known_bad_batch")
+    assert [steps[s]["skipped"] for s in (1, 3, 4)] == [False, False, True]
+    assert "skip_reason" not in steps[4]
+    # no anomaly for the known batch: the new one's stopped the run, its batch named
+    assert sorted((a["step"], a["anomaly"], a["batch"]["fingerprint"])
+                  for a in found if a["kind"] == "anomaly") == [
+        (4, kind, host_fingerprint(poisoned(5, row=0)[0])) for kind in kinds]
+    said = [r["message"] for r in found
+            if r["kind"] == "notice" and "known bad" in r["message"]]
+    assert len(said) == 1 and "bad at step 3: gradient_nonfinite, loss_nonfinite" in said[0]
+    assert anomaly["batch"]["fingerprint"] in said[0]
+    assert [e["step"] for e in read_ledger(str(run / "bad_batches.jsonl"))] == [3, 4]
+
+
+def test_under_gradient_accumulation_the_batch_is_the_steps_whole(tmp_path):
+    """Two micro-batches a step: the identity is their union's, so the run resumed with the
+    micro-batches in the other order (and shuffled within) meets the same batch."""
+    run = tmp_path / "run"
+    bad = [GOOD[2], poisoned(3)]
+    assert train(run, [[GOOD[0], GOOD[1]], bad, [GOOD[4], GOOD[5]]])[0] == [1, 2]
+    assert {a["batch"]["fingerprint"] for a in records(run, "anomaly")} == {
+        host_fingerprint(GOOD[2][0], poisoned(3)[0])}
+    again = [[shuffled(poisoned(3)), shuffled(GOOD[2], seed=1)], [GOOD[4], GOOD[5]],
+             [GOOD[6], GOOD[7]]]
+    ran, after = train(run, again, resume=True)
+    assert ran == [1, 2, 3]
+    assert bitwise_equal(after[0], after[1])
+    steps = [r for r in segment(run) if r["kind"] == "step"]
+    assert [s.get("skip_reason") for s in steps] == ["known_bad_batch", None, None]
+    assert not [a for a in segment(run) if a["kind"] == "anomaly"]
+
+
+def test_skip_batches_names_another_runs_ledger_and_a_healthy_run_writes_none(tmp_path):
+    train(tmp_path / "first", [[GOOD[0]], [poisoned(1)]])
+    ledger = tmp_path / "first" / "bad_batches.jsonl"
+    assert json.loads(ledger.read_text().splitlines()[0])["step"] == 2
+    ran, _ = train(tmp_path / "second", [[poisoned(1)], [GOOD[2]], [GOOD[3]]],
+                   skip_batches=str(ledger))
+    assert ran == [1, 2, 3]
+    assert [s.get("skip_reason") for s in records(tmp_path / "second", "step")] == [
+        "known_bad_batch", None, None]
+    train(tmp_path / "healthy", [[GOOD[0]], [GOOD[1]]])
+    assert not (tmp_path / "healthy" / "bad_batches.jsonl").exists()
+
+
+def test_a_replays_forward_is_no_batch_of_the_next_step(tmp_path):
+    """A withheld step is computed again (replay) on its own batch: that forward is left
+    out, so the next step's batch is its own."""
+    skip = {"loss_nonfinite": "skip", "gradient_nonfinite": "skip"}
+    ran, _ = train(tmp_path, [[poisoned(1)], [poisoned(2)], [GOOD[3]]], on_anomaly=skip)
+    assert ran == [1, 2, 3]
+    assert [r["step"] for r in records(tmp_path, "replay")] == [1, 2]
+    assert {(a["step"], a["batch"]["fingerprint"]) for a in records(tmp_path, "anomaly")} == {
+        (1, host_fingerprint(poisoned(1)[0])), (2, host_fingerprint(poisoned(2)[0]))}
+    # the second is a new batch, entered too; neither was withheld as a known one
+    assert [e["step"] for e in read_ledger(str(tmp_path / "bad_batches.jsonl"))] == [1, 2]
+    assert not [s for s in records(tmp_path, "step") if s.get("skip_reason")]
+
+
+# -- under the trainers: each run a process of its own (trainer_stop_script.py) ---------------
+SCRIPT = Path(__file__).with_name("trainer_stop_script.py")
+POISONED_SAMPLE = 9         # every training forward whose batch holds it has a NaN loss
+
+
+def trainer_run(trainer, run, *options):
+    done = subprocess.run([sys.executable, str(SCRIPT), trainer, str(run), str(run) + "_out",
+                           "--poison-sample", str(POISONED_SAMPLE), *options],
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return done.returncode, done.stdout + done.stderr
+
+
+def stopped_then_restarted(trainer, run, *options):
+    """The run stopped by the bad sample's batch, then started again from scratch in the
+    same directory with resume=True, its data the same. Returns the second's exit status
+    and its segment's records."""
+    status, said = trainer_run(trainer, run, *options)
+    assert status == 42, said[-3000:]
+    status, said = trainer_run(trainer, run, *options, "--settings", '{"resume": true}')
+    return status, said, segment(run)
+
+
+def withheld_by_itself(found, step):
+    steps = {r["step"]: r for r in found if r["kind"] == "step"}
+    assert (steps[step]["skipped"], steps[step]["skip_reason"]) == (True, "known_bad_batch")
+    assert [s for s, r in steps.items() if r.get("skip_reason")] == [step]
+    said = [r["message"] for r in found if r["kind"] == "notice" and "known bad" in
+            r["message"]]
+    assert len(said) == 1 and f"step {step}: its update was withheld" in said[0]
+    return steps
+
+
+def test_hf_trainer_withholds_a_known_batch_when_the_run_comes_back(tmp_path):
+    run = tmp_path / "run"
+    status, said, found = stopped_then_restarted("hf", run)
+    assert status == 0, said[-3000:]
+    [entry] = read_ledger(str(run / "bad_batches.jsonl"))
+    first = records(run)[:records(run).index(found[0])]
+    assert {(a["step"], a["batch"]["fingerprint"]) for a in first
+            if a["kind"] == "anomaly"} == {(entry["step"], entry["fingerprint"])}
+    assert entry["step"] == 10 and entry["indices"] is None
+    steps = withheld_by_itself(found, entry["step"])
+    assert sorted(steps) == list(range(1, 13))          # trained on to the last step
+    assert not [a for a in found if a["kind"] == "anomaly"]
+    assert [e["reason"] for e in records(run, "end")] == ["stopped", "completed"]
+
+
+def test_hf_trainer_under_accumulation_knows_the_steps_whole_batch(tmp_path):
+    """Two micro-batches a step: the same two again are the known batch; the bad sample in
+    the next epoch, beside another micro-batch, is a new batch, which stops the run."""
+    run = tmp_path / "run"
+    status, said, found = stopped_then_restarted("hf", run, "--accumulate", "2")
+    assert status == 42, said[-3000:]
+    ledger = read_ledger(str(run / "bad_batches.jsonl"))
+    assert [e["step"] for e in ledger] == [5, 10]
+    assert ledger[0]["fingerprint"] != ledger[1]["fingerprint"]
+    withheld_by_itself(found, 5)
+    assert {(a["step"], a["batch"]["fingerprint"]) for a in found
+            if a["kind"] == "anomaly"} == {(10, ledger[1]["fingerprint"])}
+
+
+def test_lightning_withholds_a_known_batch_when_the_run_comes_back(tmp_path):
+    run = tmp_path / "run"
+    status, said, found = stopped_then_restarted("lightning", run)
+    assert status == 0, said[-3000:]
+    [entry] = read_ledger(str(run / "bad_batches.jsonl"))
+    # the batch Lightning hands its callback, (x, y), samples 8 to 11 (batches of 4)
+    x = torch.randn(48, 8, generator=torch.Generator().manual_seed(1))[8:12]
+    assert (entry["step"], entry["fingerprint"]) == (
+        3, fingerprint(host_numbers([x.numpy(), (x[:, :1] * 0.5).numpy()])))
+    steps = withheld_by_itself(found, 3)
+    assert sorted(steps) == list(range(1, 13))
+    assert not [a for a in found if a["kind"] == "anomaly"]
+
+
+def test_a_compiled_model_given_to_protect_names_its_batches(tmp_path):
+    """protect(model=compiled): the hook is the wrapper's, outside the compiled graph (the
+    eager backend: the wrapper is the same, its compiling quick)."""
+    model = tiny_model()
+    compiled = torch.compile(model, backend="eager")
+    monitor = TrainMonitor(str(tmp_path), stream=io.StringIO(), hardware_interval_s=None)
+    optimizer = monitor.protect(torch.optim.AdamW(compiled.parameters()), model=compiled)
+    for step, (x, y) in enumerate([GOOD[0], poisoned(1)], start=1):
+        monitor.backward(nn.functional.mse_loss(compiled(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+        monitor.observe(step=step)
+    monitor.close(exit=False)
+    assert {(a["step"], a["batch"]["fingerprint"]) for a in records(tmp_path, "anomaly")} == {
+        (2, host_fingerprint(poisoned(1)[0]))}
+
+
+def test_a_known_batch_is_withheld_whatever_it_does_now_and_not_computed_again(tmp_path):
+    """A batch another run's ledger names (a spike there) trains healthily here: withheld
+    all the same, before it is applied, and not replayed (a replay would tell nothing, and
+    a healthy one on a device that is not deterministic would pass for a transient fault)."""
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text(json.dumps({"fingerprint": host_fingerprint(GOOD[1][0]), "step": 7,
+                                  "kinds": ["loss_spike"]}) + "\n")
+    ran, after = train(tmp_path / "run", [[GOOD[0]], [GOOD[1]], [GOOD[2]]],
+                       skip_batches=str(ledger))
+    assert ran == [1, 2, 3] and bitwise_equal(after[1], after[2])
+    assert [s.get("skip_reason") for s in records(tmp_path / "run", "step")] == [
+        None, "known_bad_batch", None]
+    assert not records(tmp_path / "run", "replay")
+    assert not records(tmp_path / "run", "anomaly")
+    [said] = [r["message"] for r in records(tmp_path / "run", "notice")
+              if "known bad" in r["message"]]
+    assert "bad at step 7: loss_spike" in said
