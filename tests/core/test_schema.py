@@ -104,10 +104,10 @@ def test_declarations_derive_the_tables():
         "step", "epoch", "loss", "loss_smooth", "lr", "grad_norm", "step_time_s", "skipped")
     assert Step.OPTIONAL == ("epoch_step", "steps_per_epoch", "samples_per_s", "steps_covered",
                              "lr_groups", "layer_grad_norms", "data_time_s", "loss_scale",
-                             "tokens_per_s", "mfu", "local_grad_norm", "eta_s")
+                             "tokens_per_s", "mfu", "local_grad_norm", "eta_s", "skip_reason")
     assert Anomaly.OPTIONAL == ("where", "answered_by", "layer", "origin_rank", "origin_host",
                                 "origin_device", "cause", "ranks", "memory",
-                                "projected_exhaustion_s", "replay_verdict")
+                                "projected_exhaustion_s", "replay_verdict", "batch")
     assert Run.OPTIONAL == ("log_path", "total_steps", "argv", "wrapped", "mode",
                             "device_target", "dataset_sink_mode", "sdc_detection")
     assert Epoch.OPTIONAL == ("loss_change", "converging", "nonfinite_losses", "eval")
