@@ -14,7 +14,8 @@ Then the host cost per step of the trend rules beside every rule's (``--only rul
 alone), and the cost of one sample of each hardware probe.
 
     python benchmarks/overhead.py [--chunks 12] [--steps-per-chunk 40] [--d-model 64 --layers 2]
-                                  [--only wrap] [--only rules]
+                                  [--only wrap [--only ...]] [--only rules]
+    e.g. --only "=TrainMonitor+wrap" --only "no batch identity": the batch's fingerprint's cost
 """
 from __future__ import annotations
 
@@ -84,12 +85,15 @@ def mindspore_monitors(steps, workdir, devnull):
     return model, dataset, [LossMonitor(per_print_times=10), TimeMonitor()]
 
 
-def mindwatch(wrap=True, hardware_interval_s=None, settings=None, **wrap_options):
+def mindwatch(wrap=True, hardware_interval_s=None, settings=None, batch_identity=True,
+              **wrap_options):
     def make(steps, workdir, devnull):
         net, optimizer, dataset = build_demo(seed=0, steps=steps, **MODEL)
         run_dir = tempfile.mkdtemp(dir=workdir)
         monitor = TrainMonitor(run_dir, stream=devnull, hardware_interval_s=hardware_interval_s,
                                **(settings or {}))
+        if not batch_identity:      # the step's batch not identified (issue #46's cost)
+            monitor._batches.begin = lambda step, inputs, cell: None
         step = (monitor.wrap(net, optimizer, **wrap_options) if wrap
                 else nn.TrainOneStepCell(net, optimizer))
         return ms.train.Model(step), dataset, [monitor]
@@ -102,6 +106,8 @@ CONFIGS = [
     ("bare step, update inside an if", guarded_bare),
     ("TrainMonitor, no wrap", mindwatch(wrap=False)),
     ("TrainMonitor+wrap", mindwatch()),
+    # the batch's fingerprint (bad_batches.jsonl) not computed: its cost is the difference
+    ("TrainMonitor+wrap, no batch identity", mindwatch(batch_identity=False)),
     ("TrainMonitor+wrap, no skipping", mindwatch(skip_anomalous_updates=False)),
     # the update-size rule (max_update_ratio) off: its cost is a weight norm measured when
     # training begins and every 100 steps, and nothing in the step's graph
@@ -222,10 +228,12 @@ def main(argv=None) -> int:
     parser.add_argument("--steps-per-chunk", type=int, default=40)
     parser.add_argument("--d-model", type=int, default=64, help="demo default: 64")
     parser.add_argument("--layers", type=int, default=2, help="demo default: 2")
-    parser.add_argument("--only", default=None, help="run only the configurations whose name "
-                        "contains this text (the bare baseline always runs), e.g. 'wrap'")
+    parser.add_argument("--only", action="append", default=None,
+                        help="run only the configurations whose name contains this text (the "
+                        "bare baseline always runs), e.g. 'wrap'; '=NAME': that one alone; "
+                        "several: any of them")
     args = parser.parse_args(argv)
-    if args.only == "rules":              # the rules' host cost alone, no training
+    if args.only == ["rules"]:              # the rules' host cost alone, no training
         for name, micros in trend_costs().items():
             print(f"{name:<46}{micros:>8.2f} us/step")
         return 0
@@ -238,7 +246,9 @@ def main(argv=None) -> int:
         configs = []
         real_stdout = sys.stdout
         chosen = [(name, make) for index, (name, make) in enumerate(CONFIGS)
-                  if index == 0 or args.only is None or args.only in name]
+                  if index == 0 or args.only is None or any(
+                      name == text[1:] if text.startswith("=") else text in name
+                      for text in args.only)]
         for name, make in chosen:
             model, dataset, callbacks = make(args.steps_per_chunk, workdir, devnull)
             sys.stdout = devnull                      # LossMonitor prints; printing is not measured

@@ -151,3 +151,22 @@ def test_the_summary_names_the_bad_batches_and_how_to_be_rid_of_them(tmp_path, c
     assert f"step 3: loss_nonfinite, samples 16-23, batch {fingerprint_}" in out
     assert main(["summary", "--json", str(run)]) == 1
     assert json.loads(capsys.readouterr().out)["bad_batches"][0]["fingerprint"] == fingerprint_
+
+
+def test_the_report_names_the_bad_batches(tmp_path, capsys):
+    from mindwatch.cli import main
+
+    run = tmp_path / "run"
+    _run(run, [GOOD[0], GOOD[1], POISONED, GOOD[3]])
+    assert main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text()
+    section = page[page.index('<h2 id="bad-batches">Bad batches (1)</h2>'):]
+    section = section[:section.index("</table>")]
+    assert "withholds their updates by itself" in section
+    cells = ["3", "None", "loss_nonfinite", "16-23", _identity(POISONED)["fingerprint"], "0",
+             "none ran"]
+    assert "".join(f"<td>{cell}</td>" for cell in cells) in section
+    # a run without bad batches has no such section
+    _run(tmp_path / "healthy", [GOOD[0], GOOD[1]])
+    assert main(["report", str(tmp_path / "healthy")]) == 0
+    assert "Bad batches" not in (tmp_path / "healthy" / "report.html").read_text()

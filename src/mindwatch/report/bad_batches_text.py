@@ -2,12 +2,12 @@
 name them: which step, which samples, what they did, and how to be rid of them."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..basics import format as fmt
 from ..records import BadBatch
-from ..runlog.bad_batches import LEDGER
+from ..runlog.bad_batches import LEDGER, read_run_ledger
 
 SHOWN = 3            # batches named one by one; the rest counted (the summary's 20 lines)
 
@@ -53,3 +53,31 @@ def _samples(indices: Any) -> str:
         if index is not None:
             start = last = index
     return ", ".join(runs[:8]) + (", ..." if len(runs) > 8 else "")
+
+
+def bad_batches_section(directory: str, table: Callable[..., str],
+                        esc: Callable[[str], str]) -> str:
+    """The report's ``<h2>`` and table of the directory's bad batches; "" without any, and a
+    line saying so for a ledger that cannot be read (the rest of the page stands)."""
+    try:
+        entries = read_run_ledger(directory)
+    except (OSError, ValueError) as exc:
+        return f"<h2>Bad batches</h2><p>{esc(f'{LEDGER} could not be read: {exc}')}</p>"
+    if not entries:
+        return ""
+    rows = [
+        "<tr>" + "".join(f"<td>{esc(str(value))}</td>" for value in (
+            entry.get(BadBatch.STEP), entry.get(BadBatch.EPOCH),
+            ", ".join(entry.get(BadBatch.KINDS) or []),
+            _samples(entry.get(BadBatch.INDICES)) or "not known",
+            entry.get(BadBatch.FINGERPRINT), entry.get(BadBatch.ORIGIN_RANK),
+            {True: "failed again", None: "none ran"}.get(entry.get(BadBatch.REPRODUCED),
+                                                         "came out healthy")))
+        + "</tr>" for entry in entries]
+    return (f'<h2 id="bad-batches">Bad batches ({len(entries)})</h2>'
+            f"<p>{esc(f'From {LEDGER}: the batches a restarted run would meet again. ')}"
+            f"{esc('A run resumed on this directory (resume=True), or given skip_batches=')}"
+            f"{esc(f'<this directory>/{LEDGER}, withholds their updates by itself, whatever ')}"
+            f"{esc('the step; to drop them from the data instead, leave out the samples.')}</p>"
+            + table(["step", "epoch", "anomalies", "samples", "batch fingerprint",
+                     "rank", "replay"], rows, "bad-batches"))

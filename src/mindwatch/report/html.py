@@ -29,6 +29,7 @@ from ..events import Event, counts, event_line, group
 from ..job_schema import JOB_FILE
 from ..records import Anomaly, Common, End, Run, Step
 from ..runlog import RunLog
+from .bad_batches_text import bad_batches_section
 from .goodput_table import goodput_section
 from .heatmaps import build_heatmaps
 from .panels import MAX_ANOMALY_ROWS, Scanned, build_panels, gc_paused, run_settings, scan_logs
@@ -228,6 +229,7 @@ def render_html(run: RunLog, *, max_points: int = 2000, link_base: str | None = 
                "anomalies") if anomalies else "<p>None.</p>",
         f"<p>{more} more events are in the run log.</p>" if more > 0 else "",
         recovery_section(scans, _table, _cell),
+        bad_batches_section(run.directory, _table, _esc),
         goodput_section(scans, _table),
         "<h2>Settings and versions</h2>", _table(["setting", "value"], config_rows, "config"),
         "</main>",

@@ -26,6 +26,7 @@ from ...job_schema import Event, JobHang
 from ...runlog import RankLog, RunLogError, read_rank_log
 from ...runlog.goodput import LABELS, LOST_S, PRODUCTIVE_S, SHARE, WALL_S
 from ...runlog.job.view import JobView
+from ..bad_batches_text import bad_batches_section
 from ..html import _CSS, MAX_RANK_CURVES, _cell, _table, page_scripts, settings_pairs
 from ..panels import MAX_ANOMALY_ROWS, gc_paused
 from .charts import build_job_panels, event_steps, named_ranks, place_label
@@ -255,6 +256,7 @@ def render_job_html(view: JobView, logs: Mapping[int, RankLog], *, max_points: i
         _table(EVENT_COLUMNS, _event_rows(view, link_base or view.directory), "anomalies")
         if events else "<p>None.</p>",
         f"<p>{more} more events are in the job log.</p>" if more > 0 else "",
+        bad_batches_section(view.directory, _table, _esc),
         _goodput(view),
         f"<h2>Hosts ({host_count})</h2>" if host_rows else "",
         _table(["host", "ranks", "devices"], host_rows) if host_rows else "",
