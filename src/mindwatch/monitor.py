@@ -24,7 +24,7 @@ from .basics.clock import Clock, SystemClock
 from .basics.rank import rank_from_env
 from .basics.run_dir import prepare
 from .decisions.actions import Actions
-from .decisions.bad_batches import BadBatches
+from .decisions.bad_batches import BadBatches, with_indices
 from .decisions.job_share import JobScope
 from .decisions.replays import Replays
 from .decisions.responder import Responder
@@ -341,7 +341,8 @@ class Monitor:
                 local_grad_norms: Sequence[Any] | None = None,
                 data_time_s: Any = None, epoch_step: int | None = None,
                 steps_per_epoch: int | None = None, batch: Mapping[str, Any] | None = None,
-                skip_reason: str | None = None) -> list[Anomaly]:
+                skip_reason: str | None = None,
+                batch_indices: Sequence[int] | None = None) -> list[Anomaly]:
         """Record one training step (or ``steps`` steps ending at ``step``).
 
         Args:
@@ -370,6 +371,8 @@ class Monitor:
                 carry it, and a withheld one enters ``bad_batches.jsonl``.
             skip_reason: why the update was withheld, where not for its own anomalies:
                 ``"known_bad_batch"`` (``known_bad_batch`` said so before the update).
+            batch_indices: the step's sample indices, where the loop knows them (its own
+                sampler): added to ``batch`` (the adapter's fingerprint), which names them.
 
         Returns the anomalies found at this step (empty when healthy); an anomaly whose
         ``stops`` is true asks the loop to stop after this step.
@@ -383,7 +386,7 @@ class Monitor:
             grads_finite=grads_finite, lr_groups=lr_groups, skipped=skipped, steps=steps,
             layer_grad_norms=layer_grad_norms, extra=extra, local_grad_norms=local_grad_norms,
             data_time_s=data_time_s, epoch_step=epoch_step, steps_per_epoch=steps_per_epoch,
-            batch=None if batch is None else dict(batch), skip_reason=skip_reason)
+            batch=with_indices(batch, batch_indices), skip_reason=skip_reason)
         self._ensure_started()
         # a loop that never called start(): the state now is already this step's
         self._begin_training(after_step=step)

@@ -281,3 +281,24 @@ def test_a_known_batch_is_withheld_whatever_it_does_now_and_not_computed_again(t
     [said] = [r["message"] for r in records(tmp_path / "run", "notice")
               if "known bad" in r["message"]]
     assert "bad at step 7: loss_spike" in said
+
+
+def test_a_loop_that_knows_its_samples_names_them(tmp_path):
+    """A plain loop with its own sampler gives the step's indices (``batch_indices``): the
+    anomaly and the ledger name the samples beside the fingerprint."""
+    model = tiny_model()
+    monitor = TrainMonitor(str(tmp_path), stream=io.StringIO(), hardware_interval_s=None)
+    optimizer = monitor.protect(torch.optim.AdamW(model.parameters(), lr=1e-2), model=model)
+    for step, (x, y) in enumerate([GOOD[0], poisoned(1)], start=1):
+        monitor.backward(lambda x=x, y=y: nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+        monitor.observe(step=step, batch_indices=range(8 * step - 8, 8 * step))
+        if monitor.stop_requested:
+            break
+    monitor.close(exit=False)
+    [anomaly] = [r for r in records(tmp_path) if r["kind"] == "anomaly"][:1]
+    assert anomaly["batch"] == {"fingerprint": host_fingerprint(poisoned(1)[0]),
+                                "indices": list(range(8, 16))}
+    assert [e["indices"] for e in read_ledger(str(tmp_path / "bad_batches.jsonl"))] == \
+        [list(range(8, 16))]

@@ -35,6 +35,21 @@ from ..runlog.bad_batches import LEDGER, read_ledger
 KNOWN_BAD_BATCH = "known_bad_batch"
 
 
+def with_indices(batch: Mapping[str, Any] | None, indices: Any) -> dict[str, Any] | None:
+    """``batch`` (an identity) with the sample ``indices`` a loop gave; None without a batch
+    (indices alone identify nothing: a restarted run's data may be ordered otherwise)."""
+    if batch is None:
+        return None
+    found = dict(batch)
+    if indices is not None:
+        try:
+            found[INDICES] = [int(index) for index in indices]
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"batch_indices must be a sequence of ints (the step's sample "
+                            f"indices); got {indices!r}") from exc
+    return found
+
+
 class BadBatches:
     """``log_dir``: where this run's ledger is written; ``known_from``: ledgers read at the
     start (the resumed directory's own, ``skip_batches``); ``replayed(step)``: the replay
