@@ -170,3 +170,20 @@ def test_the_report_names_the_bad_batches(tmp_path, capsys):
     _run(tmp_path / "healthy", [GOOD[0], GOOD[1]])
     assert main(["report", str(tmp_path / "healthy")]) == 0
     assert "Bad batches" not in (tmp_path / "healthy" / "report.html").read_text()
+
+
+def test_a_fault_the_lr_or_a_wrecked_state_explains_is_not_the_batchs(tmp_path):
+    from mindwatch.anomaly import Anomaly
+
+    batches = BadBatches(log_dir=str(tmp_path), rank=0)
+
+    def step(number, kinds, skipped, batch):
+        obs = StepObservation(step=number, loss=1.0, skipped=skipped, batch=_identity(batch))
+        batches.review(obs, [Anomaly(kind, number, None, None, kind) for kind in kinds])
+
+    step(5, ["lr_anomaly", "gradient_explode"], True, GOOD[0])    # the LR's, withheld
+    step(10, ["lr_anomaly"], False, GOOD[1])                       # an absurd LR went in
+    step(12, ["gradient_explode"], True, GOOD[2])                  # the state's, as likely
+    step(70, ["loss_nonfinite"], True, POISONED)                   # long after: the batch's
+    step(71, ["loss_rising"], True, GOOD[3])                       # no batch's kind
+    assert [(e["step"], e["kinds"]) for e in batches.entries] == [(70, ["loss_nonfinite"])]

@@ -96,9 +96,13 @@ def test_summary_lists_one_event(explosion):
     lines = result.stdout.splitlines()
     assert result.returncode == 1 and lines[0].endswith(f"{len(log.anomalies)} ANOMALIES")
     line = _line_of_step_120(lines)
-    # the event is the last line before the run's goodput
+    # the event is the last line before the bad batch it came with, then the run's goodput
     assert lines[-1].startswith("  goodput ")
-    assert line == lines[-2] and line.strip() == (
+    assert lines[-3].startswith("  bad batches (bad_batches.jsonl): 1 batch; ")
+    assert lines[-2].startswith("    step 120 (epoch 1): grad_spike, gradient_explode, "
+                                "loss_spike, batch ") and lines[-2].endswith(
+        "(failed again on replay)")
+    assert line == lines[-4] and line.strip() == (
         f"{', '.join(KINDS)} at step 120: {explode['message']}; {VERDICT} "
         f"[checkpoint+stop -> {explode['checkpoint']}]")
     assert len([line for line in lines if " at step " in line]) == len(log.anomalies) - 2

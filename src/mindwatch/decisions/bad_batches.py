@@ -3,11 +3,14 @@ ledger, and withheld by themselves when the run comes back.
 
 - every anomaly of a step whose batch the adapter identified (``observe(batch=...)``,
   basics/batch_identity.py) carries it: ``batch`` = its fingerprint and sample indices;
-- a withheld step (``skipped``) whose anomalies replayed as anomalous again (bit-identical
-  or not: the batch fails again), or that no replay checked, enters ``bad_batches.jsonl`` in
+- a withheld step (``skipped``) whose loss or gradients were out of bounds (``BATCH_KINDS``)
+  and replayed as anomalous again (bit-identical or not: the batch fails again), or that no
+  replay checked, enters ``bad_batches.jsonl`` in
   the run directory: one line per batch (fingerprint, indices, step, epoch, kinds, origin rank,
   ``reproduced``: true, or null without a replay). A replay that came out healthy is a
-  transient fault of the device, never the batch's: it never enters. Each rank writes its own
+  transient fault of the device, never the batch's: it never enters; nor does a step whose
+  LR or update size was found at fault (``NOT_THE_BATCH``), or came within ``DAMAGE_STEPS``
+  of such an update that went into the weights. Each rank writes its own
   batch's line (appends of one short line: whole on a local or network filesystem);
 - the ledger of a resumed run directory (``resume=True``) and the ledgers ``skip_batches``
   names are read at the start: ``known(fingerprint)`` answers the adapters, whose protected
@@ -25,7 +28,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..anomaly import TRANSIENT_FAULT, Anomaly
+from ..anomaly import (
+    GRAD_SPIKE,
+    GRADIENT_EXPLODE,
+    GRADIENT_NONFINITE,
+    LOSS_NONFINITE,
+    LOSS_SPIKE,
+    LR_ANOMALY,
+    TRANSIENT_FAULT,
+    UPDATE_RATIO,
+    Anomaly,
+)
 from ..basics.batch_identity import FINGERPRINT, INDICES
 from ..observation import StepObservation
 from ..records import Anomaly as AnomalyRecord
@@ -33,6 +46,18 @@ from ..records import BadBatch, Replay
 from ..runlog.bad_batches import LEDGER, read_ledger
 
 KNOWN_BAD_BATCH = "known_bad_batch"
+# What a batch can cause: its loss or its gradients out of bounds
+BATCH_KINDS = frozenset({LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, LOSS_SPIKE,
+                         GRAD_SPIKE})
+# Found with those, these say the step's fault lies elsewhere: the LR (its schedule, a bad
+# value), or an update absurd against the weights (the optimizer's state); a transient fault
+# is the device's. The batch then stays out of the ledger: a run resumed with the LR fixed
+# trains on it as the healthy run did (resume advice).
+NOT_THE_BATCH = frozenset({LR_ANOMALY, UPDATE_RATIO, TRANSIENT_FAULT})
+# An LR or update-size anomaly whose update went into the weights leaves the model's state
+# suspect for this many steps: a fault then is the state's as much as the batch's (the resume
+# advice names a state from before it), and the batch stays out of the ledger.
+DAMAGE_STEPS = 50
 
 
 def with_indices(batch: Mapping[str, Any] | None, indices: Any) -> dict[str, Any] | None:
@@ -62,6 +87,7 @@ class BadBatches:
         self._replayed = replayed
         self._lock = threading.Lock()
         self._known: dict[str, dict[str, Any]] = {}
+        self._damaged_at: int | None = None     # the latest step an absurd update went in
         for path in known_from:
             for entry in read_ledger(path):
                 self._known.setdefault(entry[FINGERPRINT], entry)
@@ -96,10 +122,13 @@ class BadBatches:
             return found, None
         for anomaly in found:
             anomaly.fields[AnomalyRecord.BATCH] = dict(batch)
-        own = [a for a in found if a.kind != TRANSIENT_FAULT
-               and a.origin_rank in (None, self.rank)]
-        transient = any(a.kind == TRANSIENT_FAULT for a in found)
-        if obs.skipped and own and not transient:
+        own = [a for a in found if a.kind in BATCH_KINDS and a.origin_rank in (None, self.rank)]
+        elsewhere = any(a.kind in NOT_THE_BATCH for a in found)
+        if elsewhere and not obs.skipped:
+            self._damaged_at = obs.step
+        damaged = self._damaged_at is not None and \
+            0 <= obs.step - self._damaged_at <= DAMAGE_STEPS
+        if obs.skipped and own and not elsewhere and not damaged:
             self._enter(obs, batch, own)
         return found, None
 

@@ -84,9 +84,11 @@ def render(summary: dict[str, Any]) -> str:
     from .job.summary import JOB
     from .job.summary_text import render_job_text
 
-    text = render_job_text(summary) if JOB in summary else render_text(summary)
-    return "\n".join([text, *("  " + line for line in ledger_lines(
-        summary.get(BAD_BATCHES) or []))])
+    lines = (render_job_text(summary) if JOB in summary else render_text(summary)).split("\n")
+    # before the goodput, the summary's last line
+    at = len(lines) - 1 if lines[-1].startswith("  goodput") else len(lines)
+    lines[at:at] = ["  " + line for line in ledger_lines(summary.get(BAD_BATCHES) or [])]
+    return "\n".join(lines)
 
 
 def summarize(run: RunLog) -> dict[str, Any]:
