@@ -187,3 +187,24 @@ def test_a_fault_the_lr_or_a_wrecked_state_explains_is_not_the_batchs(tmp_path):
     step(70, ["loss_nonfinite"], True, POISONED)                   # long after: the batch's
     step(71, ["loss_rising"], True, GOOD[3])                       # no batch's kind
     assert [(e["step"], e["kinds"]) for e in batches.entries] == [(70, ["loss_nonfinite"])]
+
+
+def test_a_ledger_that_cannot_be_written_costs_a_notice_not_the_run(tmp_path):
+    (tmp_path / "bad_batches.jsonl").mkdir()            # where the file should be
+    monitor = Monitor(str(tmp_path), stream=io.StringIO(), hardware_interval_s=None,
+                      on_anomaly={"loss_nonfinite": "skip"})
+    for step, batch in enumerate([GOOD[0], POISONED, GOOD[1], POISONED], start=1):
+        batch_id = _identity(batch)
+        known = monitor.bad_batches.known(batch_id) is not None
+        monitor.observe(step=step, loss=float("nan") if batch is POISONED else 1.0,
+                        skipped=batch is POISONED, batch=batch_id,
+                        skip_reason=KNOWN_BAD_BATCH if known else None)
+    monitor.close()
+    lines = _lines(tmp_path / "rank_0.jsonl")
+    said = [r["message"] for r in lines if r["kind"] == "notice"]
+    assert len(said) == 2 and "could not be written to" in said[0], said
+    # still known to this run: step 4 withheld as the known batch, no anomaly
+    assert "known bad one" in said[1]
+    assert [(a["step"], a["anomaly"]) for a in lines if a["kind"] == "anomaly"] == \
+        [(2, "loss_nonfinite")]
+    assert lines[-1]["kind"] == "end" and lines[-1]["reason"] == "completed"

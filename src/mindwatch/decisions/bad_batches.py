@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -129,26 +128,34 @@ class BadBatches:
         damaged = self._damaged_at is not None and \
             0 <= obs.step - self._damaged_at <= DAMAGE_STEPS
         if obs.skipped and own and not elsewhere and not damaged:
-            self._enter(obs, batch, own)
+            return found, self._enter(obs, batch, own)
         return found, None
 
     def _enter(self, obs: StepObservation, batch: Mapping[str, Any],
-               found: list[Anomaly]) -> None:
+               found: list[Anomaly]) -> str | None:
+        """Enters the batch; what to say when its line could not be written (a full disk:
+        the batch is still known to this run, and training goes on)."""
         fingerprint = str(batch.get(FINGERPRINT))
         if fingerprint in self._known:
-            return
+            return None
         replay = self._replayed(obs.step)
         entry = {BadBatch.FINGERPRINT: fingerprint, BadBatch.INDICES: batch.get(INDICES),
                  BadBatch.STEP: obs.step, BadBatch.EPOCH: obs.epoch,
                  BadBatch.KINDS: sorted({a.kind for a in found}),
                  BadBatch.ORIGIN_RANK: self.rank,
                  BadBatch.REPRODUCED: None if replay is None else True,
-                 BadBatch.TIME: time.time()}
+                 BadBatch.TIME: obs.time}
         if replay is not None and replay.get(Replay.HEALTHY):
-            return                              # the device's fault, not the batch's
+            return None                         # the device's fault, not the batch's
         self._known[fingerprint] = entry
         line = json.dumps(entry, allow_nan=False) + "\n"
-        with self._lock:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(line)
+        try:
+            with self._lock:
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+                with open(self.path, "a", encoding="utf-8") as handle:
+                    handle.write(line)
+        except OSError as exc:
+            return (f"step {obs.step}: its batch ({fingerprint}) could not be written to "
+                    f"{self.path} ({exc.strerror or exc}); this run still withholds it if it "
+                    "comes again, a restarted one will not know it")
+        return None
