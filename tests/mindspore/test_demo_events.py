@@ -36,9 +36,14 @@ def explosion(tmp_path_factory):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     log = read_rank_log(str(out / "rank_0.jsonl"))
+    # the host's other work (make test's workers) may slow the demo before the explosion:
+    # throughput drops, whatever their cause. Its cause is not this module's to judge: on a
+    # baseline learned while the host was as busy, a drop that came as the load changed may
+    # be the compute's (seen once: the host 99% busy throughout, the demo's share 50 -> 17%);
+    # test_host_contention_e2e judges it with a load the test controls
     others = [a for a in log.anomalies if a["step"] != 120]
-    assert all(a["anomaly"] == "throughput_drop" and a.get("cause") == "host"
-               and a["step"] < 120 for a in others), host_story(log)
+    assert all(a["anomaly"] == "throughput_drop" and a["step"] < 120 for a in others), \
+        host_story(log)
     return out, result.stdout, log
 
 
