@@ -431,12 +431,16 @@ class MonitorSettings:
         return values
 
 
+def _ledger_list(value: Any) -> list[str]:
+    """``skip_batches`` as a list of paths (None: none)."""
+    return [] if value is None else [value] if isinstance(value, str) else list(value)
+
+
 def _check_ledgers(value: Any) -> None:
     """``skip_batches``: paths of files that exist (a typo would otherwise skip nothing)."""
-    if value is None:
-        return
-    paths = [value] if isinstance(value, str) else value
-    if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
+    listed = value is None or isinstance(value, (str, list, tuple))
+    paths = _ledger_list(value) if listed else []
+    if not listed or not all(isinstance(p, str) for p in paths):
         raise TypeError(f"skip_batches must be a path or a list of paths to bad_batches.jsonl "
                         f"files; got {value!r}")
     for path in paths:
@@ -448,8 +452,7 @@ def _check_ledgers(value: Any) -> None:
 def ledger_paths(settings: MonitorSettings, log_dir: str) -> list[str]:
     """The bad-batch ledgers a run reads at its start: ``skip_batches``, and under ``resume``
     the run directory's own."""
-    value = settings.skip_batches
-    paths = [] if value is None else [value] if isinstance(value, str) else list(value)
+    paths = _ledger_list(settings.skip_batches)
     own = os.path.join(log_dir, "bad_batches.jsonl")
     if settings.resume and os.path.isfile(own) and own not in paths:
         paths.append(own)

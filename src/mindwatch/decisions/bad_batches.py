@@ -27,27 +27,18 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..anomaly import (
-    GRAD_SPIKE,
-    GRADIENT_EXPLODE,
-    GRADIENT_NONFINITE,
-    LOSS_NONFINITE,
-    LOSS_SPIKE,
-    LR_ANOMALY,
-    TRANSIENT_FAULT,
-    UPDATE_RATIO,
-    Anomaly,
-)
+from ..anomaly import LR_ANOMALY, TRANSIENT_FAULT, UPDATE_RATIO, Anomaly
 from ..basics.batch_identity import FINGERPRINT, INDICES
 from ..observation import StepObservation
 from ..records import Anomaly as AnomalyRecord
 from ..records import BadBatch, Replay
+from ..recovery.skipping import SKIPPABLE_KINDS
 from ..runlog.bad_batches import LEDGER, read_ledger
 
 KNOWN_BAD_BATCH = "known_bad_batch"
-# What a batch can cause: its loss or its gradients out of bounds
-BATCH_KINDS = frozenset({LOSS_NONFINITE, GRADIENT_NONFINITE, GRADIENT_EXPLODE, LOSS_SPIKE,
-                         GRAD_SPIKE})
+# What a batch can cause: its loss or its gradients out of bounds, the kinds a step withholds
+# on its own values (recovery/skipping.py) less the LR's
+BATCH_KINDS = frozenset(SKIPPABLE_KINDS) - {LR_ANOMALY}
 # Found with those, these say the step's fault lies elsewhere: the LR (its schedule, a bad
 # value), or an update absurd against the weights (the optimizer's state); a transient fault
 # is the device's. The batch then stays out of the ledger: a run resumed with the LR fixed

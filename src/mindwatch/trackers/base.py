@@ -18,7 +18,6 @@ numbers under the same names:
   anomaly reports (``closing.py``)."""
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -46,7 +45,7 @@ DRAIN_S = 10.0           # the longest a closing run waits for its tracker
 @dataclass
 class RunEnd:
     """What ``end`` receives: the end reason (None: no end record), its outcome, the verdict,
-    the anomalies (JSON lines, non-finite values as strings), and the files to attach."""
+    the anomalies (their run log lines), and the files to attach."""
     reason: str | None
     outcome: str
     verdict: str
@@ -100,7 +99,7 @@ class TrackerSink(QueuedSink):
         metrics = {name: value for name, value in point.scalars if self._keeps(name)}
         if kind == records.ANOMALY:
             self.flush()                # the steps before it are there when it is
-            self._anomalies.append(json.dumps(_strict(record)))
+            self._anomalies.append(records.encode(record))   # as the run log writes it
             if metrics:
                 self.log(point.step, metrics, point.wall_time)
             self.event(record)
@@ -178,9 +177,3 @@ def _step_metrics(record: Mapping[str, Any]) -> dict[str, float]:
 def _time(record: Mapping[str, Any]) -> float:
     value = to_number(record.get(Common.TIME))
     return value if value is not None and math.isfinite(value) else time.time()
-
-
-def _strict(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The record as strict JSON: non-finite numbers as their names."""
-    return {k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v)
-            for k, v in record.items()}
