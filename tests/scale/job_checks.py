@@ -118,3 +118,12 @@ def assert_ends_name_the_origin(job: Job) -> None:
     assert {log.rank: log.end["stopped_by"]["rank"] for log in run.ranks} == \
         {rank: job.origin for rank in range(job.world_size)}
     assert job_records(job.log_dir)[-1]["stopped_by"]["rank"] == job.origin
+
+
+def assert_ledger_names_the_origin(job: Job) -> None:
+    """bad_batches.jsonl (issue #46) holds one batch: the origin rank's, at the job's step,
+    written by that rank alone (the others' batches were innocent)."""
+    with open(job.log_dir / "bad_batches.jsonl", encoding="utf-8") as handle:
+        ledger = [json.loads(line) for line in handle]
+    assert [(e["origin_rank"], e["step"]) for e in ledger] == [(job.origin, job.step)], ledger
+    assert "loss_nonfinite" in ledger[0]["kinds"], ledger

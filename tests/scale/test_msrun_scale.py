@@ -18,9 +18,11 @@ from job_checks import (
     assert_ends_name_the_origin,
     assert_every_rank_stopped_after_the_step,
     assert_job_log,
+    assert_ledger_names_the_origin,
     assert_summary_answers_for_the_job,
 )
 from launchers import launch
+from ms_scale_trainer import AGAIN_STEP, STEPS
 from two_nodes import two_nodes
 
 from mindwatch.runlog import read_run
@@ -33,14 +35,16 @@ NAN_STEP = 20
 
 
 def _msrun(log_dir, msrun_logs, origin, *, ranks, local=None, node=None, master=None,
-           port=None):
-    """The msrun command of one node (``node``: its node_rank) or of the whole job."""
+           port=None, again=False):
+    """The msrun command of one node (``node``: its node_rank) or of the whole job;
+    ``again``: the job started again in ``log_dir`` (ms_scale_trainer.py)."""
     command = [sys.executable, "-m", "mindspore.parallel.cluster.run", f"--worker_num={ranks}",
                f"--local_worker_num={local or ranks}", f"--master_port={port or free_port()}",
                f"--log_dir={msrun_logs}", "--join=True"]
     if node is not None:
         command += [f"--node_rank={node}", f"--master_addr={master}"]
-    return [*command, str(TRAINER), str(log_dir), str(origin), str(NAN_STEP)]
+    return [*command, str(TRAINER), str(log_dir), str(origin), str(NAN_STEP),
+            *(["again"] if again else [])]
 
 
 def _said(launched, *msrun_logs):
@@ -91,13 +95,17 @@ def two_nodes_job(tmp_path_factory):
     rank 6's batch NaN; both write their ranks' logs to one log_dir (a shared file system),
     msrun's own logs to one folder per node."""
     pytest.importorskip("mindspore", reason="make test-scale runs these in .venv")
-    root = tmp_path_factory.mktemp("two_nodes")
+    return _on_two_nodes(tmp_path_factory.mktemp("two_nodes"))
+
+
+def _on_two_nodes(root, again=False):
     log_dir = root / "run"
-    msrun_logs = [root / "msrun_node_a", root / "msrun_node_b"]
+    msrun_logs = [root / f"msrun_node_{node}{'_again' if again else ''}" for node in "ab"]
     with two_nodes() as nodes:
         # a node's network namespace is its own: nothing else listens on its ports
         commands = [node.command(_msrun(log_dir, msrun_logs[rank], 6, ranks=8, local=4,
-                                        node=rank, master=nodes[0].address, port=8118))
+                                        node=rank, master=nodes[0].address, port=8118,
+                                        again=again))
                     for rank, node in enumerate(nodes)]
         launched = launch(commands, env=msrun_environment(), cwd=root,
                           names=["msrun_node_a", "msrun_node_b"], timeout=240)
@@ -105,6 +113,13 @@ def two_nodes_job(tmp_path_factory):
               launched.wall_s, said=_said(launched, *msrun_logs))
     assert launched.statuses == [0, 0], job.said
     return job
+
+
+@pytest.fixture(scope="module")
+def two_nodes_again(two_nodes_job):
+    """two_nodes_job's job started again in its log_dir with resume=True, rank 6's NaN batch
+    at step AGAIN_STEP, its rows shuffled (issue #46)."""
+    return _on_two_nodes(two_nodes_job.log_dir.parent, again=True)
 
 
 JOBS = ["eight_ranks", "sixteen_ranks", "two_nodes_job"]
@@ -139,6 +154,28 @@ def test_summary_answers_for_the_job_in_twenty_lines(job):
 
 def test_every_end_names_the_origin_rank(job):
     assert_ends_name_the_origin(job)
+
+
+def test_the_ledger_keeps_the_origin_ranks_batch(job):
+    assert_ledger_names_the_origin(job)
+
+
+def test_started_again_every_rank_withholds_the_known_batch_by_itself(two_nodes_again):
+    """Issue #46 across nodes: rank 6's NaN batch, in the ledger from the first job, comes
+    at another step: every rank of both nodes withholds that step's update (the ranks'
+    exchange counts rank 6's withholding), none finds an anomaly, and the job trains to its
+    end with identical replicas (compared by the consistency check, in the step records)."""
+    job = two_nodes_again
+    for log in read_run(str(job.log_dir)).ranks:
+        segment = log.records[max(i for i, r in enumerate(log.records) if r["kind"] == "run"):]
+        steps = [r for r in segment if r["kind"] == "step"]
+        assert [s["step"] for s in steps] == list(range(1, STEPS + 1)), log.rank
+        assert [(s["step"], s.get("skip_reason")) for s in steps if s["skipped"]] == [
+            (AGAIN_STEP, "known_bad_batch")], log.rank
+        assert not [r for r in segment if r["kind"] == "anomaly"], log.rank
+        [end] = [r for r in segment if r["kind"] == "end"]
+        assert end["reason"] == "completed", end
+    assert_ledger_names_the_origin(job)          # and nothing more
 
 
 @pytest.mark.parametrize("one_host_job", ["eight_ranks", "sixteen_ranks"])

@@ -13,6 +13,7 @@ from job_checks import (
     assert_ends_name_the_origin,
     assert_every_rank_stopped_after_the_step,
     assert_job_log,
+    assert_ledger_names_the_origin,
     assert_summary_answers_for_the_job,
 )
 from launchers import launch
@@ -68,3 +69,7 @@ def test_summary_answers_for_the_job_in_twenty_lines(job):
 
 def test_every_end_names_the_origin_rank(job):
     assert_ends_name_the_origin(job)
+
+
+def test_the_ledger_keeps_the_origin_ranks_batch(job):
+    assert_ledger_names_the_origin(job)

@@ -21,7 +21,9 @@ update withheld before it is applied.
   replay uses) and restored once its outputs are read: no graph change, no recompilation, two
   small host-to-device writes on that step only. The host's mirror of the verdict, read
   before the restore, says the update was withheld. Under data parallelism the ranks share
-  the verdict, so every rank withholds it. Without a protected step (a train cell not of
+  the verdict, so every rank withholds it, and their exchange counts the ranks that withheld
+  on purpose: every rank reports the step withheld for a known batch (``held``), none an
+  anomaly. Without a protected step (a train cell not of
   mindwatch's making, ``skip_anomalous_updates=False``) nothing can be withheld: one notice
   says so, and the step is not reported withheld.
 """
@@ -127,8 +129,11 @@ class BatchGuard:
         if step is None or step != self.step:
             return
         out.batch = self.batch
-        if self.withheld and out.skipped:      # the graph's verdict, as the host mirrors it
+        # the graph's verdict, as the host mirrors it; under data parallelism another rank's
+        # known batch withholds this rank's update too (the ranks' exchange counts them)
+        if out.skipped and (self.withheld or out.held):
             out.skip_reason = KNOWN_BAD_BATCH
+            self.withheld = True        # on every rank: none computes the step again
 
 
 def _verdict_of(cell: Any) -> Any:

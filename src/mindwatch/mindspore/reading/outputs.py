@@ -34,6 +34,7 @@ class StepOutputs:
     data_time_s: float | None = None   # jit_step: from the previous step's return to this one
     batch: dict[str, Any] | None = None   # the batch's identity (reading/batch.py)
     skip_reason: str | None = None     # withheld for its known bad batch (reading/batch.py)
+    held: bool = False      # some rank's host withheld the step on purpose (verdict.py)
 
     def observation(self, layers: LayerGrouping | None) -> dict[str, Any]:
         """``Monitor.observe``'s keyword arguments for these outputs (``layers`` groups the
@@ -103,9 +104,10 @@ def from_stats(stats: list[float], verdict: StepVerdict | None, **fields: Any) -
     lr_end = verdict.stats_lr_end if verdict is not None else None
     out = StepOutputs(loss=loss, grad_norm=grad_norm, lr_groups=stats[STAT_LR:lr_end],
                       skipped=verdict is not None and not verdict.update_applied(stats),
+                      held=verdict is not None and verdict.held_by_a_host(stats),
                       grads_finite=math.isfinite(grad_norm), **fields)
     if verdict is not None and verdict.rank_norms:    # the ranks' norms follow the LRs
-        local = _local_norms(stats[lr_end:-1], verdict.rank)
+        local = _local_norms(stats[lr_end:-2], verdict.rank)
         out.local_grad_norms = local["local_grad_norms"]
         out.extra.update(local["extra"])
     return out

@@ -12,7 +12,9 @@ bounds are one Parameter vector the host writes between steps (``set_limits``), 
 condition, outside any branch; "no limit" is the largest float32, so a non-finite value is
 always past it. Under data parallelism the ranks' verdicts are summed in the graph (one
 AllReduce of a small vector), so a loss that is non-finite or spiking on one rank withholds
-the update on every rank and the replicas stay identical.
+the update on every rank and the replicas stay identical. The same exchange counts the ranks
+whose host withheld the step on purpose (``withholding``: a known bad batch, issue #46), so
+every rank can tell that withholding from an anomaly.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from .graph_sums import as_float32
 # the host recomputes them.
 OWN_PREFIX = "mindwatch_"
 STAT_LOSS, STAT_GRAD_NORM, STAT_LR = 0, 1, 2     # LRs from 2 on, one per parameter group
+# A loss bound below this is ``withholding``'s (-FLOAT32_MAX): no loss limit comes near it.
+_HELD_BELOW = -1e38
 
 
 class StepVerdict(nn.Cell):
@@ -40,7 +44,8 @@ class StepVerdict(nn.Cell):
     ``stats`` ends with every rank's squared norm of its own gradients before the reduction
     (``local_sq``, one slot per rank, so a gradient anomaly can name the rank whose gradients
     caused it; not with ``rank_norms=False``, where no rank holds its own gradients alone),
-    then how many ranks found their step anomalous."""
+    then how many ranks' hosts withheld the step (``withholding``), then how many ranks found
+    their step anomalous (those included)."""
 
     def __init__(self, *, grad_explode: float, lr_count: int, world: int = 0, rank: int = 0,
                  rank_norms: bool = True):
@@ -55,11 +60,12 @@ class StepVerdict(nn.Cell):
         self.share = world > 0
         self.rank_norms = self.share and rank_norms
         # what the ranks' exchange adds to the stats vector, after the LRs
-        self.shared_size = (world if self.rank_norms else 0) + 1 if self.share else 0
+        self.shared_size = (world if self.rank_norms else 0) + 2 if self.share else 0
         self.stats_lr_end = -self.shared_size if self.share else None
         if self.share:
             # SUM of 0/1 flags: MindSpore's CPU AllReduce has no MAX.
             self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
+            self.held_below = ms.Tensor(np.array([_HELD_BELOW], np.float32))
         if self.rank_norms:
             self.rank_slot = ms.Tensor(np.eye(world, dtype=np.bool_)[rank])
             self.rank_zeros = ms.Tensor(np.zeros(world, np.float32))
@@ -71,14 +77,16 @@ class StepVerdict(nn.Cell):
         apply = ops.all(within)
         if self.share:
             past = ops.cast(ops.logical_not(ops.reshape(apply, (1,))), ms.float32)
+            # the host withholds by a loss bound below every value (``withholding``)
+            held = ops.cast(self.upper_bounds[:1] < self.held_below, ms.float32)
             if self.rank_norms:
                 # select, not a product with a one-hot vector: 0 * NaN is NaN, and this
                 # rank's NaN would fill every other rank's slot
                 mine = ops.select(self.rank_slot, ops.zeros_like(self.rank_zeros) + local_sq,
                                   self.rank_zeros)
-                shared = self.all_reduce(ops.concat((mine, past)))
+                shared = self.all_reduce(ops.concat((mine, held, past)))
             else:
-                shared = self.all_reduce(past)
+                shared = self.all_reduce(ops.concat((held, past)))
             apply = ops.reshape(shared[-1:], ()) < 0.5
             stats = ops.concat((stats, shared))
         return apply, stats
@@ -121,6 +129,13 @@ class StepVerdict(nn.Cell):
         if self.share:
             return stats[-1] < 0.5
         return self.within_bounds(stats)
+
+    def held_by_a_host(self, stats: list[float]) -> bool:
+        """Whether some rank's host withheld this step on purpose (``withholding``): this
+        rank's, or under data parallelism another's."""
+        if self.share:
+            return stats[-2] >= 0.5
+        return self._upper[0] == -FLOAT32_MAX
 
     @contextlib.contextmanager
     def withholding(self) -> Iterator[None]:
