@@ -12,7 +12,9 @@ more. Rows: "mindwatch" as it runs on this device (on the CPU the verdict is rea
 is taken and a healthy step copies nothing; on an accelerator it is selected with on the
 device); "device-verdict", the accelerator's way forced on this device (the copies of the
 parameters and optimizer state, and the select, every step); "measure-only"
-(``skip_anomalous_updates=False``: no withholding at all).
+(``skip_anomalous_updates=False``: no withholding at all); "no-batch-identity" (mindwatch
+without the forward pre-hook that fingerprints the step's batch, issue #46): the batch
+identity's own cost is printed as mindwatch / no-batch-identity, in the same turn.
 
     python benchmarks/torch_overhead.py [--rounds 10] [--steps 20] [--device cpu|cuda]
                                         [--threads 1]
@@ -65,6 +67,10 @@ class Loop:
             if kind == "device-verdict":
                 assert self.monitor.train_step is not None
                 self.monitor.train_step.verdict_on_host = False
+            if kind == "no-batch-identity":
+                assert self.monitor.train_step is not None
+                self.monitor.train_step.batches.remove()
+                self.monitor.train_step.batches = None
         self.optimizer = optimizer
         self.step = 0
         self.device = device
@@ -99,13 +105,13 @@ def measure(name: str, size: dict, args: argparse.Namespace) -> None:
     batches = [(torch.randint(0, size["vocab"], (args.batch, size["seq"]), generator=generator)
                 .to(args.device),) * 2 for _ in range(args.steps)]
     with tempfile.TemporaryDirectory() as root:
-        kinds = ("bare", "mindwatch", "device-verdict", "measure-only")
+        kinds = ("bare", "mindwatch", "device-verdict", "measure-only", "no-batch-identity")
         loops = [Loop(kind, size, args.device, root) for kind in kinds]
         for loop in loops:                   # warm-up: allocator, first-step state
             for batch in batches[:3]:
                 loop.timed(batch, args.device)
         ratios: dict[str, list[float]] = {kind: [] for kind in kinds[1:]}
-        bare_times = []
+        bare_times, identity = [], []
         for turn in range(args.rounds * args.steps):
             batch = batches[turn % len(batches)]
             order = loops[turn % len(loops):] + loops[:turn % len(loops)]
@@ -113,6 +119,7 @@ def measure(name: str, size: dict, args: argparse.Namespace) -> None:
             bare_times.append(times["bare"])
             for kind in ratios:
                 ratios[kind].append(times[kind] / times["bare"])
+            identity.append(times["mindwatch"] / times["no-batch-identity"])
         for loop in loops:
             if loop.monitor is not None:
                 loop.monitor.close()
@@ -121,8 +128,11 @@ def measure(name: str, size: dict, args: argparse.Namespace) -> None:
           f"{statistics.median(bare_times) * 1e3:.1f} ms on {args.device}")
     for kind, values in ratios.items():
         quartiles = statistics.quantiles(values, n=4)
-        print(f"  {kind:14s} {statistics.median(values):.3f}x the bare loop "
+        print(f"  {kind:17s} {statistics.median(values):.3f}x the bare loop "
               f"(quartiles of the steps' ratios {quartiles[0]:.3f}-{quartiles[2]:.3f})")
+    quartiles = statistics.quantiles(identity, n=4)
+    print(f"  the batch identity: mindwatch {statistics.median(identity):.4f}x "
+          f"no-batch-identity (quartiles {quartiles[0]:.4f}-{quartiles[2]:.4f})")
 
 
 SIZES = {

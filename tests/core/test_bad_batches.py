@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from mindwatch import Monitor
+from mindwatch import Monitor, batch_fingerprint
 from mindwatch.basics.batch_identity import fingerprint, host_numbers, identity
 from mindwatch.decisions.bad_batches import KNOWN_BAD_BATCH, BadBatches
 from mindwatch.observation import StepObservation
@@ -41,6 +41,9 @@ def test_a_fingerprint_is_the_contents_whatever_the_order_of_its_samples():
     numbers = host_numbers([batch])
     nudged = [value * (1 + 2e-7) for value in numbers]
     assert fingerprint(numbers) == fingerprint(nudged)
+    # the public helper that finds a ledger's batch in the data: the same fingerprint
+    assert batch_fingerprint(shuffled, np.arange(8)) == _identity(batch)["fingerprint"]
+    assert batch_fingerprint(POISONED, np.arange(8)) == _identity(POISONED)["fingerprint"]
 
 
 def _run(log_dir, batches, *, nan_at=(), known=(), **settings):
@@ -149,8 +152,26 @@ def test_the_summary_names_the_bad_batches_and_how_to_be_rid_of_them(tmp_path, c
     assert "bad batches (bad_batches.jsonl): 1 batch; resume=True (or skip_batches= this " \
            "file) withholds them by themselves" in out
     assert f"step 3: loss_nonfinite, samples 16-23, batch {fingerprint_}" in out
+    assert "to drop them from the data, leave out the samples named\n" in out
     assert main(["summary", "--json", str(run)]) == 1
     assert json.loads(capsys.readouterr().out)["bad_batches"][0]["fingerprint"] == fingerprint_
+
+
+def test_without_sample_indices_the_summary_says_how_to_find_the_batch(tmp_path, capsys):
+    """A MindSpore dataset gives no indices: the batch is found in the data by its content."""
+    from mindwatch.cli import main
+
+    run = tmp_path / "run"
+    monitor = Monitor(str(run), stream=io.StringIO(), hardware_interval_s=None,
+                      on_anomaly={"loss_nonfinite": "stop"})
+    monitor.observe(step=1, loss=float("nan"), grad_norm=1.0, skipped=True,
+                    batch=identity(host_numbers([POISONED])))
+    monitor.close()
+    assert main(["summary", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert (f"step 1: loss_nonfinite, batch {batch_fingerprint(POISONED)}\n") in out
+    assert "where none are, find the batch in the data's order by its content: " \
+           "mindwatch.batch_fingerprint(*inputs) gives its fingerprint" in out
 
 
 def test_the_report_names_the_bad_batches(tmp_path, capsys):

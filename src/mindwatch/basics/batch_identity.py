@@ -63,3 +63,21 @@ def identity(numbers: Iterable[float], indices: Sequence[int] | None = None
     them, the samples' indices (None: not known)."""
     return {FINGERPRINT: fingerprint(numbers),
             INDICES: None if indices is None else [int(i) for i in indices]}
+
+
+def batch_fingerprint(*inputs: Any) -> str:
+    """The fingerprint a run gives a batch of these inputs (``bad_batches.jsonl``'s
+    ``fingerprint``), in the order the step takes them (MindSpore: the dataset's columns; a
+    PyTorch model: its forward's tensor arguments, positional then keyword by name). Takes
+    numpy arrays, MindSpore or PyTorch tensors: to find a ledger's batch in the data where
+    its samples' indices are not known, fingerprint the batches in the data's order."""
+    import numpy as np
+
+    arrays = []
+    for value in inputs:
+        if hasattr(value, "asnumpy"):                       # MindSpore
+            value = value.asnumpy()
+        elif hasattr(value, "detach"):                      # PyTorch
+            value = value.detach().float().cpu().numpy()
+        arrays.append(np.asarray(value))
+    return fingerprint(host_numbers(arrays))

@@ -32,11 +32,20 @@ def ledger_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
         return []
     lines = [f"bad batches ({LEDGER}): {fmt.count(len(entries), 'batch', 'batches')}; "
              "resume=True (or skip_batches= this file) withholds them by themselves; to drop "
-             "them from the data, leave out the samples named"]
+             f"them from the data, {_how_to_drop(entries)}"]
     lines += [f"  {batch_line(entry)}" for entry in entries[:SHOWN]]
     if len(entries) > SHOWN:
         lines.append(f"  and {len(entries) - SHOWN} more in {LEDGER}")
     return lines
+
+
+def _how_to_drop(entries: Sequence[Mapping[str, Any]]) -> str:
+    """Leave out the samples named; where a batch's are not known (MindSpore's datasets,
+    a loop that gave none), find the batch by its content."""
+    if all(_samples(entry.get(BadBatch.INDICES)) for entry in entries):
+        return "leave out the samples named"
+    return ("leave out the samples named; where none are, find the batch in the data's "
+            "order by its content: mindwatch.batch_fingerprint(*inputs) gives its fingerprint")
 
 
 def _samples(indices: Any) -> str:
@@ -78,6 +87,7 @@ def bad_batches_section(directory: str, table: Callable[..., str],
             f"<p>{esc(f'From {LEDGER}: the batches a restarted run would meet again. ')}"
             f"{esc('A run resumed on this directory (resume=True), or given skip_batches=')}"
             f"{esc(f'<this directory>/{LEDGER}, withholds their updates by itself, whatever ')}"
-            f"{esc('the step; to drop them from the data instead, leave out the samples.')}</p>"
+            f"{esc(f'the step; to drop them from the data instead, {_how_to_drop(entries)}.')}"
+            "</p>"
             + table(["step", "epoch", "anomalies", "samples", "batch fingerprint",
                      "rank", "replay"], rows, "bad-batches"))
