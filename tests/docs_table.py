@@ -153,7 +153,8 @@ BLOCKS: dict[str, Run | Signature | Skip] = {
              "assert [r['step'] for r in rows if r.get('skip_reason') == 'known_bad_batch']"
              " == [3]\n"
              "ledger = [json.loads(line) for line in open('runs/exp1/bad_batches.jsonl')]\n"
-             "assert [e['step'] for e in ledger] == [3]"),
+             "assert [e['step'] for e in ledger] == [3]\n"
+             "assert ledger[0]['indices'] == list(range(16, 24))"),
     "docs/torch.md#one-line-in-your-code:2": Run("torch", "hf_trainer", _completed(4)),
     "docs/torch.md#one-line-in-your-code:3": Run("torch", "lightning_module", _completed(4)),
     # offline, in the test's directory (no login here): one run each, its steps all there

@@ -10,6 +10,8 @@ each rank writes ``exit_rank<R>`` (the status ``close`` exited with, or ``preemp
 LOG_DIR before it exits so.
 ``nan_rank<R>``: rank R's loss NaN at step 6 (tests/scale's jobs of more ranks).
 ``bad_batch_rank1``: rank 1's batch of step 6 holds a NaN (the data's, the same each run).
+``bad_sample_loader``: the data is a DataLoader over a ``DistributedSampler`` (shuffled, seed
+0), given to protect (``data=``), whose sample ``BAD_SAMPLE`` holds a NaN.
 A third argument ``resume``: the run directory resumed (``resume=True``) from scratch."""
 import io
 import os
@@ -23,6 +25,7 @@ from torch import nn
 from mindwatch.torch import TrainMonitor
 
 STEPS = 12
+BAD_SAMPLE = 373         # rank 1's, at step 5
 SIGNAL_STEP = 6
 
 
@@ -46,13 +49,19 @@ def main(log_dir: str, fault: str, resume: bool = False) -> None:
         ddp.register_comm_hook(None, allreduce_hook)
     monitor = TrainMonitor(log_dir, stream=io.StringIO(), consistency_interval=5,
                            stop_exit_code=42, resume=resume)
-    optimizer = monitor.protect(torch.optim.AdamW(ddp.parameters(), lr=1e-2), model=ddp)
+    loader = _loader() if fault == "bad_sample_loader" else None
+    optimizer = monitor.protect(torch.optim.AdamW(ddp.parameters(), lr=1e-2), model=ddp,
+                                data=loader)
     generator = torch.Generator().manual_seed(100 + rank)       # each rank its own data
+    batches = iter(loader) if loader is not None else None
     for step in range(1, STEPS + 1):
         if fault == "signal_rank1" and rank == 1 and step == SIGNAL_STEP:
             os.kill(os.getpid(), signal.SIGTERM)
-        x = torch.randn(16, 8, generator=generator)
-        y = x[:, :1] + torch.randn(16, 1, generator=generator)
+        if batches is not None:
+            x, y = next(batches)
+        else:
+            x = torch.randn(16, 8, generator=generator)
+            y = x[:, :1] + torch.randn(16, 1, generator=generator)
         if fault == "bad_batch_rank1" and rank == 1 and step == 6:
             x[3, 2] = float("nan")
         calls = []
@@ -83,6 +92,17 @@ def main(log_dir: str, fault: str, resume: bool = False) -> None:
     except Preempted:
         _said(log_dir, rank, "preempted")
         raise SystemExit(128 + signal.SIGTERM) from None
+
+
+def _loader() -> torch.utils.data.DataLoader:
+    """Each rank's share of 2 x 16 x STEPS samples, 16 a step, sample BAD_SAMPLE a NaN."""
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(2 * 16 * STEPS, 8, generator=generator)
+    y = x[:, :1] + torch.randn(len(x), 1, generator=generator)
+    x[BAD_SAMPLE, 2] = float("nan")
+    data = torch.utils.data.TensorDataset(x, y)
+    sampler = torch.utils.data.distributed.DistributedSampler(data, shuffle=True, seed=0)
+    return torch.utils.data.DataLoader(data, batch_size=16, sampler=sampler)
 
 
 def _said(log_dir: str, rank: int, status: str) -> None:

@@ -5,8 +5,11 @@ directory, its data in another order, withholds that batch's update by itself be
 applied (``skip_reason: known_bad_batch``, the weights and optimizer state as they were, no
 anomaly, one notice, no replay) and stops on the next new bad batch. Under gradient
 accumulation the identity is the step's whole batch, whatever the order of its
-micro-batches. Then Hugging Face's Trainer (with accumulation too) and Lightning, a process
-each (trainer_stop_script.py); DDP: tests/pytorch/test_ddp.py."""
+micro-batches. Then Hugging Face's Trainer (with accumulation too, and resumed from one of
+its checkpoints, its skipped batches or its epoch over again) and Lightning (its batches dealt
+in another order), a process each (trainer_stop_script.py), whose ledgers name the bad
+batch's samples as the trainer's loader fetched them; the plain loop's loader:
+test_sample_indices_torch.py; DDP: tests/pytorch/test_ddp.py."""
 import io
 import json
 import os
@@ -176,22 +179,36 @@ SCRIPT = Path(__file__).with_name("trainer_stop_script.py")
 POISONED_SAMPLE = 9         # every training forward whose batch holds it has a NaN loss
 
 
-def trainer_run(trainer, run, *options):
+def trainer_run(trainer, run, *options, poisoned=(POISONED_SAMPLE,)):
+    poisons = [word for sample in poisoned for word in ("--poison-sample", str(sample))]
     done = subprocess.run([sys.executable, str(SCRIPT), trainer, str(run), str(run) + "_out",
-                           "--poison-sample", str(POISONED_SAMPLE), *options],
+                           *poisons, *options],
                           capture_output=True, text=True, timeout=240,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     return done.returncode, done.stdout + done.stderr
 
 
-def stopped_then_restarted(trainer, run, *options):
-    """The run stopped by the bad sample's batch, then started again from scratch in the
-    same directory with resume=True, its data the same. Returns the second's exit status
-    and its segment's records."""
-    status, said = trainer_run(trainer, run, *options)
+def stopped_then_restarted(trainer, run, *options, again=(), poisoned=(POISONED_SAMPLE,)):
+    """The run stopped by the bad sample's batch, then started again in the same directory
+    with resume=True (from scratch, or as ``again`` says), its data the same unless
+    ``again`` says otherwise. Returns the second's exit status and its segment's records."""
+    status, said = trainer_run(trainer, run, *options, poisoned=poisoned)
     assert status == 42, said[-3000:]
-    status, said = trainer_run(trainer, run, *options, "--settings", '{"resume": true}')
+    status, said = trainer_run(trainer, run, *options, *again, "--settings",
+                               '{"resume": true}', poisoned=poisoned)
     return status, said, segment(run)
+
+
+def forwards(run, n):
+    """Each training forward's samples (found by content) in the n-th run in ``run``."""
+    path = Path(str(run) + "_out") / f"forwards{n}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def anomalies_of(found):
+    """The step and the batch of each anomaly among ``found``, once per step."""
+    return sorted({(a["step"], json.dumps(a["batch"])) for a in found
+                   if a["kind"] == "anomaly"})
 
 
 def withheld_by_itself(found, step):
@@ -212,7 +229,9 @@ def test_hf_trainer_withholds_a_known_batch_when_the_run_comes_back(tmp_path):
     first = records(run)[:records(run).index(found[0])]
     assert {(a["step"], a["batch"]["fingerprint"]) for a in first
             if a["kind"] == "anomaly"} == {(entry["step"], entry["fingerprint"])}
-    assert entry["step"] == 10 and entry["indices"] is None
+    # the 10th batch of the Trainer's seeded permutation, as the model saw it
+    assert entry["step"] == 10 and entry["indices"] == forwards(run, 1)[9]
+    assert POISONED_SAMPLE in entry["indices"] and len(entry["indices"]) == 4
     steps = withheld_by_itself(found, entry["step"])
     assert sorted(steps) == list(range(1, 13))          # trained on to the last step
     assert not [a for a in found if a["kind"] == "anomaly"]
@@ -228,6 +247,12 @@ def test_hf_trainer_under_accumulation_knows_the_steps_whole_batch(tmp_path):
     ledger = read_ledger(str(run / "bad_batches.jsonl"))
     assert [e["step"] for e in ledger] == [5, 10]
     assert ledger[0]["fingerprint"] != ledger[1]["fingerprint"]
+    # a step's samples are its two micro-batches', in order: the first run's 9th and 10th
+    # forwards, the second's 19th and 20th (the bad sample beside another micro-batch)
+    first, second = forwards(run, 1), forwards(run, 2)
+    assert ledger[0]["indices"] == first[8] + first[9]
+    assert ledger[1]["indices"] == second[18] + second[19]
+    assert POISONED_SAMPLE in ledger[1]["indices"] and len(ledger[1]["indices"]) == 8
     withheld_by_itself(found, 5)
     assert {(a["step"], a["batch"]["fingerprint"]) for a in found
             if a["kind"] == "anomaly"} == {(10, ledger[1]["fingerprint"])}
@@ -242,9 +267,84 @@ def test_lightning_withholds_a_known_batch_when_the_run_comes_back(tmp_path):
     x = torch.randn(48, 8, generator=torch.Generator().manual_seed(1))[8:12]
     assert (entry["step"], entry["fingerprint"]) == (
         3, fingerprint(host_numbers([x.numpy(), (x[:, :1] * 0.5).numpy()])))
+    assert entry["indices"] == [8, 9, 10, 11]
     steps = withheld_by_itself(found, 3)
     assert sorted(steps) == list(range(1, 13))
     assert not [a for a in found if a["kind"] == "anomaly"]
+
+
+# the Trainer's seeded sampler (accelerate's SeedableRandomSampler, seed 0): the same
+# permutation of the 48 samples for the first epoch on every run, batches of 4
+HF_ORDER = torch.randperm(48, generator=torch.Generator().manual_seed(0)).tolist()
+HF_BATCHES = [HF_ORDER[i:i + 4] for i in range(0, 48, 4)]
+
+
+def test_hf_resumed_from_a_checkpoint_skips_the_batches_trained_on_and_names_the_rest(tmp_path):
+    """resume_from_checkpoint=checkpoint-4: the Trainer skips the epoch's first 4 batches
+    in a new loader (get_resumed_dataloader), watched too; the known batch comes at its
+    step again, withheld by itself; the next new one (a second bad sample, in the 11th
+    batch) stops the run, its samples named."""
+    run = tmp_path / "run"
+    second = HF_BATCHES[10][0]
+    assert HF_BATCHES[9].count(POISONED_SAMPLE) == 1
+    status, said, found = stopped_then_restarted(
+        "hf", run, "--save-steps", "4", poisoned=(POISONED_SAMPLE, second),
+        again=("--resume-from", str(run) + "_out/checkpoint-4"))
+    assert status == 42, said[-3000:]
+    assert forwards(run, 1) == HF_BATCHES[:10]
+    assert forwards(run, 2) == HF_BATCHES[4:11]        # the batches after checkpoint-4
+    ledger = read_ledger(str(run / "bad_batches.jsonl"))
+    assert [(e["step"], e["indices"]) for e in ledger] == [(10, HF_BATCHES[9]),
+                                                          (11, HF_BATCHES[10])]
+    steps = withheld_by_itself(found, 10)
+    assert sorted(steps) == list(range(5, 12))
+    assert [step for step, _ in anomalies_of(found)] == [11]
+    assert json.loads(anomalies_of(found)[0][1])["indices"] == HF_BATCHES[10]
+
+
+def test_hf_resumed_with_its_data_in_another_order_withholds_the_batch_at_its_new_step(
+        tmp_path):
+    """ignore_data_skip: the epoch starts over at step 5 (the same seeded permutation),
+    so the bad batch, the 10th, comes at step 14: withheld by itself there; the next new
+    one (a second bad sample, in the 12th batch, which the first run never reached) stops
+    the run at step 16, its samples named."""
+    run = tmp_path / "run"
+    second = HF_BATCHES[11][0]
+    status, said, found = stopped_then_restarted(
+        "hf", run, "--save-steps", "4", "--max-steps", "16",
+        poisoned=(POISONED_SAMPLE, second),
+        again=("--resume-from", str(run) + "_out/checkpoint-4", "--ignore-data-skip"))
+    assert status == 42, said[-3000:]
+    assert forwards(run, 2) == HF_BATCHES            # the epoch over again, from step 5
+    ledger = read_ledger(str(run / "bad_batches.jsonl"))
+    assert [(e["step"], e["indices"]) for e in ledger] == [(10, HF_BATCHES[9]),
+                                                          (16, HF_BATCHES[11])]
+    steps = withheld_by_itself(found, 14)
+    assert sorted(steps) == list(range(5, 17))
+    assert [step for step, _ in anomalies_of(found)] == [16]
+
+
+def test_lightning_with_its_batches_dealt_in_another_order_knows_the_batch_by_itself(
+        tmp_path):
+    """A batch sampler of fixed batches (a bucketing sampler's) dealt in an order drawn
+    with a seed: the run restarted with another seed meets the bad batch at another step,
+    its samples in another order, and withholds it by itself; a second bad sample, which
+    the first run never reached, stops it. The indices are the batches' as dealt."""
+    run = tmp_path / "run"
+    # seed 1 deals the bad batch 4th and the second bad sample's 5th; seed 2, 9th and 12th
+    status, said, found = stopped_then_restarted(
+        "lightning", run, "--bucket-seed", "1", poisoned=(POISONED_SAMPLE, 30),
+        again=("--bucket-seed", "2"))
+    assert status == 42, said[-3000:]
+    first, second = forwards(run, 1), forwards(run, 2)
+    assert sorted(first[3]) == sorted(second[8]) and first[3] != second[8]
+    ledger = read_ledger(str(run / "bad_batches.jsonl"))
+    assert [(e["step"], e["indices"]) for e in ledger] == [(4, first[3]), (12, second[11])]
+    assert POISONED_SAMPLE in first[3] and 30 in second[11]
+    steps = withheld_by_itself(found, 9)
+    assert sorted(steps) == list(range(1, 13))
+    assert [step for step, _ in anomalies_of(found)] == [12]
+    assert json.loads(anomalies_of(found)[0][1])["indices"] == second[11]
 
 
 def test_a_compiled_model_given_to_protect_names_its_batches(tmp_path):

@@ -200,3 +200,18 @@ def test_a_known_bad_batch_on_one_rank_is_withheld_on_both_when_the_job_comes_ba
     assert exit_statuses(tmp_path) == ["42", "42"]      # the first run's, left as they were
     weights = [torch.load(tmp_path / f"weights_rank{rank}.pt") for rank in (0, 1)]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+
+
+def test_the_ledger_names_the_origin_ranks_own_samples(tmp_path):
+    """A DataLoader over a DistributedSampler given to protect (data=): the bad sample's
+    rank writes the ledger line, naming its own batch's dataset indices, as its sampler
+    dealt them (computed here as DistributedSampler does: seed 0, epoch 0)."""
+    torchrun(tmp_path, "bad_sample_loader", fails=True)
+    order = torch.randperm(2 * 16 * 12, generator=torch.Generator().manual_seed(0)).tolist()
+    place = order.index(373)                            # ddp_trainer.BAD_SAMPLE
+    rank, step = place % 2, place // 2 // 16 + 1
+    assert (rank, step) == (1, 5)
+    own = order[rank::2][(step - 1) * 16:step * 16]
+    [entry] = [json.loads(line) for line in
+               (tmp_path / "bad_batches.jsonl").read_text().splitlines()]
+    assert (entry["origin_rank"], entry["step"], entry["indices"]) == (rank, step, own)

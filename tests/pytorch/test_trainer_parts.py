@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch", reason="make test-torch runs these, in .ven
 
 from torch import nn  # noqa: E402
 
-from mindwatch.torch.trainers.batch import samples_in  # noqa: E402
+from mindwatch.torch.reading.samples import samples_in  # noqa: E402
 from torch_helpers import records  # noqa: E402
 
 SKIP_NAN = {"on_anomaly": {"loss_nonfinite": "skip", "gradient_nonfinite": "skip"},

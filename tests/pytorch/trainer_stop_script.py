@@ -1,7 +1,9 @@
 """One training run under a trainer, as a user's script runs it, for test_trainer_stops.py:
 
     python trainer_stop_script.py TRAINER LOG_DIR OUT_DIR [--nan-at N] [--resume REPORT]
-        [--settings JSON] [--accumulate N] [--poison-sample K] [--data-seed S]
+        [--settings JSON] [--accumulate N] [--poison-sample K ...] [--data-seed S]
+        [--max-steps N] [--save-steps N] [--resume-from CHECKPOINT] [--ignore-data-skip]
+        [--bucket-seed S]
 
 TRAINER: "hf" (a tiny GPT-2 on random tokens under Hugging Face's Trainer) or "lightning" (a
 tiny regression LightningModule). ``--nan-at N``: the loss of the N-th training forward is
@@ -9,10 +11,19 @@ NaN (its gradients too). ``--resume REPORT``: the anomaly report (its JSON) of a
 in LOG_DIR, whose resume advice this run follows as printed: the code is run as it is, with
 ``trainer`` and ``model`` named as the advice names them. mindwatch runs with
 ``stop_exit_code=42`` and the ``--settings`` given (``report_to``: tests/trackers/pytorch_paths);
-``--accumulate N``: HF's ``gradient_accumulation_steps``. ``--poison-sample K``: the loss
-of every training forward whose batch holds sample K (found by its content) is NaN: a bad
-sample, wherever the data order puts it. ``--data-seed S``: the data shuffled with seed S
-(HF's ``data_seed``; Lightning's loader shuffled), another order than the default one.
+``--accumulate N``: HF's ``gradient_accumulation_steps``. ``--poison-sample K`` (repeated:
+several): the loss of every training forward whose batch holds sample K (found by its
+content) is NaN: a bad sample, wherever the data order puts it. ``--data-seed S``: the data
+shuffled with seed S (HF's ``data_seed``; Lightning's loader shuffled), another order than
+the default one. Each training forward's samples, found by their content (the dataset's
+indices, in the batch's order), go to ``forwards<N>.jsonl`` in OUT_DIR (N: this script's
+N-th run there), one line each: the truth the loaders' indices are checked against.
+HF only: ``--max-steps N`` (default 12, an epoch), ``--save-steps N`` (the Trainer's
+``checkpoint-<step>`` every N steps), ``--resume-from CHECKPOINT``
+(``trainer.train(resume_from_checkpoint=...)``), ``--ignore-data-skip`` (the resumed epoch
+starts over rather than skipping the batches trained on). Lightning only: ``--bucket-seed S``:
+a batch sampler that deals 12 fixed batches (their samples fixed, as a bucketing sampler's)
+in an order, and each one's samples in an order, drawn with seed S.
 ``{"resume": true}`` in ``--settings``: the run directory resumed by a run started from
 scratch (no advice followed). Files in OUT_DIR say how far the
 script got: ``ended_after`` (written by a callback listed after mindwatch's, at its train end
@@ -40,6 +51,23 @@ def mark(out_dir: str, name: str) -> None:
         file.write("yes\n")
 
 
+def forwards_log(out_dir: str):
+    """Appends one training forward's sample indices to this run's ``forwards<N>.jsonl``."""
+    runs = sum(name.startswith("forwards") for name in os.listdir(out_dir))
+    path = os.path.join(out_dir, f"forwards{runs + 1}.jsonl")
+    open(path, "w").close()
+
+    def log(rows: torch.Tensor, data: torch.Tensor) -> None:
+        found = (rows[:, None, :] == data[None]).all(-1).nonzero()[:, 1].tolist()
+        with open(path, "a") as file:
+            file.write(json.dumps(found) + "\n")
+    return log
+
+
+def holds(rows: torch.Tensor, data: torch.Tensor, samples: list[int] | None) -> bool:
+    return any(bool((rows == data[k]).all(1).any()) for k in samples or ())
+
+
 def advice(report: str | None) -> str | None:
     if report is None:
         return None
@@ -48,8 +76,9 @@ def advice(report: str | None) -> str | None:
 
 
 def run_hf(log_dir: str, out_dir: str, nan_at: int | None, resume: str | None,
-           accumulate: int = 1, poison_sample: int | None = None,
-           data_seed: int | None = None) -> None:
+           accumulate: int = 1, poison_sample: list[int] | None = None,
+           data_seed: int | None = None, max_steps: int = STEPS, save_steps: int | None = None,
+           resume_from: str | None = None, ignore_data_skip: bool = False) -> None:
     from transformers import (
         GPT2Config,
         GPT2LMHeadModel,
@@ -87,31 +116,57 @@ def run_hf(log_dir: str, out_dir: str, nan_at: int | None, resume: str | None,
     generator = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 64, (STEPS * BATCH, 16), generator=generator)
 
+    log = forwards_log(out_dir)
+
     def poison_sample_(module, args, kwargs, output):
-        if module.training and (kwargs["input_ids"] == tokens[poison_sample]).all(1).any():
-            output["loss"] = output["loss"] * math.nan
+        if module.training:
+            log(kwargs["input_ids"], tokens)
+            if holds(kwargs["input_ids"], tokens, poison_sample):
+                output["loss"] = output["loss"] * math.nan
         return output
-    if poison_sample is not None:
-        model.register_forward_hook(poison_sample_, with_kwargs=True)
+    model.register_forward_hook(poison_sample_, with_kwargs=True)
     data = [{"input_ids": row, "labels": row} for row in tokens]
+    saving = {"save_strategy": "no"} if save_steps is None else {
+        "save_strategy": "steps", "save_steps": save_steps}
     args = TrainingArguments(output_dir=out_dir, per_device_train_batch_size=BATCH,
-                             max_steps=STEPS, learning_rate=1e-3, report_to=[],
-                             save_strategy="no", logging_steps=1, use_cpu=True,
+                             max_steps=max_steps, learning_rate=1e-3, report_to=[],
+                             logging_steps=1, use_cpu=True, ignore_data_skip=ignore_data_skip,
                              disable_tqdm=True, dataloader_num_workers=0, seed=0,
-                             gradient_accumulation_steps=accumulate, data_seed=data_seed)
+                             gradient_accumulation_steps=accumulate, data_seed=data_seed,
+                             **saving)
     callback = HFCallback(log_dir, stream=io.StringIO(), **callback_settings(resume))
     trainer = Trainer(model=model, args=args, train_dataset=data,
                       callbacks=[Tracker(), callback, EndedAfter()])
     code = advice(resume)
     if code is None:
-        trainer.train()
+        trainer.train(resume_from_checkpoint=resume_from)
     else:
         exec(code, {"trainer": trainer, "model": model})
     mark(out_dir, "after_training")
 
 
+class Buckets(torch.utils.data.Sampler):
+    """Fixed batches of ``BATCH`` samples (a permutation of the data cut in batches, as a
+    bucketing sampler groups samples of one length), dealt in an order and each one's
+    samples in an order drawn with ``seed``: a new order each epoch."""
+
+    def __init__(self, size: int, seed: int):
+        fixed = torch.randperm(size, generator=torch.Generator().manual_seed(7))
+        self.batches = [fixed[i:i + BATCH].tolist() for i in range(0, size, BATCH)]
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __iter__(self):
+        for b in torch.randperm(len(self.batches), generator=self.generator).tolist():
+            order = torch.randperm(BATCH, generator=self.generator).tolist()
+            yield [self.batches[b][i] for i in order]
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
 def run_lightning(log_dir: str, out_dir: str, nan_at: int | None, resume: str | None,
-                  poison_sample: int | None = None, data_seed: int | None = None) -> None:
+                  poison_sample: list[int] | None = None, data_seed: int | None = None,
+                  bucket_seed: int | None = None) -> None:
     import lightning.pytorch as pl
     from torch import nn
 
@@ -127,12 +182,14 @@ def run_lightning(log_dir: str, out_dir: str, nan_at: int | None, resume: str | 
             torch.manual_seed(0)
             self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
             self.forwards = 0
+            self.log_forward = forwards_log(out_dir)
 
         def training_step(self, batch, batch_idx):
             x, y = batch
             self.forwards += 1
+            self.log_forward(x, self.x)
             loss = nn.functional.mse_loss(self.net(x), y)
-            bad = poison_sample is not None and (x == self.x[poison_sample]).all(1).any()
+            bad = holds(x, self.x, poison_sample)
             return loss * math.nan if self.forwards == nan_at or bad else loss
 
         def configure_optimizers(self):
@@ -140,10 +197,13 @@ def run_lightning(log_dir: str, out_dir: str, nan_at: int | None, resume: str | 
 
         def train_dataloader(self):
             x = self.x
+            data = torch.utils.data.TensorDataset(x, x[:, :1] * 0.5)
+            if bucket_seed is not None:
+                return torch.utils.data.DataLoader(data, batch_sampler=Buckets(len(x),
+                                                                               bucket_seed))
             order = None if data_seed is None else torch.Generator().manual_seed(data_seed)
-            return torch.utils.data.DataLoader(
-                torch.utils.data.TensorDataset(x, x[:, :1] * 0.5), batch_size=BATCH,
-                shuffle=order is not None, generator=order)
+            return torch.utils.data.DataLoader(data, batch_size=BATCH,
+                                               shuffle=order is not None, generator=order)
 
         @property
         def x(self):
@@ -176,15 +236,22 @@ if __name__ == "__main__":
     parser.add_argument("--resume")
     parser.add_argument("--settings", type=json.loads, default={})
     parser.add_argument("--accumulate", type=int, default=1)
-    parser.add_argument("--poison-sample", type=int)
+    parser.add_argument("--poison-sample", type=int, action="append")
     parser.add_argument("--data-seed", type=int)
+    parser.add_argument("--max-steps", type=int, default=STEPS)
+    parser.add_argument("--save-steps", type=int)
+    parser.add_argument("--resume-from")
+    parser.add_argument("--ignore-data-skip", action="store_true")
+    parser.add_argument("--bucket-seed", type=int)
     options = parser.parse_args()
     SETTINGS.update(options.settings)
     torch.set_num_threads(1)
     os.makedirs(options.out_dir, exist_ok=True)
     if options.trainer == "hf":
         run_hf(options.log_dir, options.out_dir, options.nan_at, options.resume,
-               options.accumulate, options.poison_sample, options.data_seed)
+               options.accumulate, options.poison_sample, options.data_seed,
+               options.max_steps, options.save_steps, options.resume_from,
+               options.ignore_data_skip)
     else:
         run_lightning(options.log_dir, options.out_dir, options.nan_at, options.resume,
-                      options.poison_sample, options.data_seed)
+                      options.poison_sample, options.data_seed, options.bucket_seed)

@@ -32,6 +32,7 @@ from .ranks.local_norms import LocalNorms
 from .ranks.shared_verdict import SharedVerdict
 from .reading.batch import BatchReading, batch_fields, known_batch, known_ledger
 from .reading.outputs import StepOutputs
+from .reading.sample_indices import SampleIndices
 from .step.loss_window import LossWindow
 from .step.protection import ProtectedStep
 
@@ -101,6 +102,8 @@ class TrainMonitor:
         self._ddp_wrapped = False
         self._activations: ActivationProbes | None = None
         self._batches: BatchReading | None = None      # the batch's identity (model=)
+        # the sample indices the watched loaders fetched (data=, the trainers' loaders)
+        self._indices = SampleIndices()
         self._began = False
         self._said_closure = False
         self._observing: StepOutputs | None = None      # the step observe is recording
@@ -127,7 +130,8 @@ class TrainMonitor:
     def protect(self, optimizer: torch.optim.Optimizer, *, model: torch.nn.Module | None = None,
                 clip_grad_norm: float | None = None, skip_anomalous_updates: bool = True,
                 schedulers: Sequence[Any] = (), activations: Sequence[str] | None = None,
-                attention_logits: Sequence[str] | None = None) -> torch.optim.Optimizer:
+                attention_logits: Sequence[str] | None = None,
+                data: torch.utils.data.DataLoader | None = None) -> torch.optim.Optimizer:
         """Measure, judge and (when anomalous) withhold each of ``optimizer``'s steps.
 
         Args:
@@ -150,6 +154,12 @@ class TrainMonitor:
                 on state steps, each one's output max |x| and RMS.
             attention_logits: patterns naming modules that output attention logits before
                 the softmax: on state steps, each one's largest (probes/activation_probe.py).
+            data: the training ``DataLoader`` (with ``model=``): a step's batch is then
+                named by its samples' indices too (the anomaly's and the ledger's
+                ``batch.indices``), as the loader fetched them from its sampler, each training
+                forward of ``model`` taking the next batch's (reading/sample_indices.py).
+                Unknown (null) for a loader without a batch sampler or over an
+                ``IterableDataset``. ``observe(batch_indices=...)`` takes precedence.
 
         Raises TypeError or ValueError naming a bad argument, or a second protect.
         """
@@ -165,6 +175,12 @@ class TrainMonitor:
             if not callable(getattr(scheduler, "state_dict", None)):
                 raise TypeError("schedulers must be LR schedulers (with state_dict()); got "
                                 f"{type(scheduler).__name__}")
+        if data is not None and not isinstance(data, torch.utils.data.DataLoader):
+            raise TypeError("data must be the training torch.utils.data.DataLoader or None; "
+                            f"got {type(data).__name__}")
+        if data is not None and model is None:
+            raise ValueError("data needs model= (each training forward of the model takes "
+                             "its batch's sample indices)")
         if (activations or attention_logits) and (model is None
                                                   or self.settings.state_interval is None):
             raise ValueError("activations and attention_logits need model= (the modules they "
@@ -199,8 +215,10 @@ class TrainMonitor:
         if self._batches is not None:
             self._batches.remove()
         self._batches = self.train_step.batches = \
-            BatchReading(given, model, known_ledger(self.monitor.bad_batches)) \
+            BatchReading(given, model, known_ledger(self.monitor.bad_batches), self._indices) \
             if given is not None and model is not None else None
+        if data is not None:
+            self.watch_data(data)
         self.train_step.known_batch = known_batch(self.monitor.bad_batches)
         if model is not None and (activations or attention_logits):
             self._activations = ActivationProbes(
@@ -246,6 +264,16 @@ class TrainMonitor:
         else:
             self.loss_window.add(loss)          # unprotected: observe judges it all the same
         (loss if scaler is None else scaler.scale(loss)).backward(**kwargs)
+
+    def watch_data(self, loader: Any) -> bool:
+        """Name each training batch of ``loader`` (a ``DataLoader``, or accelerate's wrapper
+        of one) by its samples' indices from the loader's next pass on (``protect``'s
+        ``data``; a trainer's loaders). False when the loader's indices cannot be told."""
+        return self._indices.watch(loader)
+
+    def unwatch_data(self) -> None:
+        """The watched loaders as they were; the indices unknown from now on."""
+        self._indices.remove()
 
     def batch_given(self, batch: Any) -> None:
         """A trainer that hands each training batch (Lightning): its tensors identify the
@@ -296,7 +324,9 @@ class TrainMonitor:
     def close(self, *, exit: bool = True) -> None:
         """End the run (the ``end`` record; sinks closed). Idempotent. After a stop under
         ``stop_exit_code`` it then raises ``SystemExit`` with that status (a trainer's
-        callback passes ``exit=False`` and exits once its framework has ended)."""
+        callback passes ``exit=False`` and exits once its framework has ended). The watched
+        loaders are as they were."""
+        self._indices.remove()
         self.monitor.close()
         if exit:
             self.exit_if_stopped()
@@ -311,6 +341,7 @@ class TrainMonitor:
 
     def __exit__(self, exc_type, exc, traceback) -> None:
         if exc is not None:
+            self._indices.remove()
             self.monitor.close(reason="error", error=f"{exc_type.__name__}: {exc}")
         else:
             self.close()

@@ -23,8 +23,11 @@ before its own kernels, with an event behind it, so the step waits for those few
 only, never for the forward or the backward. Lightning hands the batch to its callback
 (``given``), whose tensors then stand for the model's inputs.
 
-Sample indices are not read from the data pipeline (a model's forward does not see them):
-the identity's ``indices`` are None.
+The identity's ``indices`` are the samples' indices where a watched ``DataLoader`` fetched
+them (sample_indices.py: ``protect(..., data=)``, HF's and Lightning's training loaders):
+each micro-batch counted here takes the next index list the loader fetched, checked against
+its sample count; a step's indices are its micro-batches' in order, None when any of them
+is not known (never a partial list). Without a watched loader they are None.
 """
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ import torch
 from ...basics.batch_identity import identity
 from ...decisions.bad_batches import KNOWN_BAD_BATCH, BadBatches
 from .outputs import PendingStep
+from .sample_indices import SampleIndices
+from .samples import samples_in
 
 _ON_DEVICE = 3          # numbers per input the device computes; the 4th, its size, the host's
 
@@ -47,8 +52,10 @@ class _Part:
     count is the host's), and on a CUDA device, when the run knows bad batches, their copy
     on its way to the host with the event that says it arrived."""
 
-    def __init__(self, numbers: torch.Tensor, numels: list[int], eager: bool):
+    def __init__(self, numbers: torch.Tensor, numels: list[int], eager: bool,
+                 indices: list[int] | None = None):
         self.numbers, self.numels = numbers, numels
+        self.indices = indices          # the samples' indices, where a loader told them
         self.copy: torch.Tensor | None = None
         self.event: Any = None
         if eager and numbers.device.type == "cuda":
@@ -120,8 +127,17 @@ class StepBatch:
     def identity(self) -> dict[str, Any]:
         """The ``batch`` field of the step's record (computed once)."""
         if self._identity is None:
-            self._identity = identity(self.numbers(), None)
+            self._identity = identity(self.numbers(), self.indices())
         return self._identity
+
+    def indices(self) -> list[int] | None:
+        """The micro-batches' sample indices, in order; None unless every one's is known."""
+        found: list[int] = []
+        for part in self._parts:
+            if part.indices is None:
+                return None
+            found += part.indices
+        return found
 
 
 class BatchReading:
@@ -132,8 +148,10 @@ class BatchReading:
     the update: on CUDA their copy to the host starts with the forward)."""
 
     def __init__(self, model: torch.nn.Module, plain: torch.nn.Module,
-                 eager: Callable[[], bool] = lambda: False):
+                 eager: Callable[[], bool] = lambda: False,
+                 indices: SampleIndices | None = None):
         self._plain = plain
+        self._indices = indices          # the watched loaders' index lists, oldest first
         self._parts: list[_Part] = []
         self._paused = False
         self._from_model = True         # False: the trainer hands the batch (``given``)
@@ -163,24 +181,28 @@ class BatchReading:
         sequences in order and in mappings by key, in place of the model's inputs from
         now on."""
         self._from_model = False
-        self._add(list(_tensors_in(batch)))
+        self._add(list(_tensors_in(batch)), samples_in(batch))
 
     def _forward(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         if (not self._plain.training or self._paused or not self._from_model
                 or _compiling()):
             return
-        self._add([t for t in (*args, *(kwargs[k] for k in sorted(kwargs)))
-                   if isinstance(t, torch.Tensor)])
+        tensors = [t for t in (*args, *(kwargs[k] for k in sorted(kwargs)))
+                   if isinstance(t, torch.Tensor)]
+        self._add(tensors, samples_in(tensors))
 
-    def _add(self, tensors: list[torch.Tensor]) -> None:
+    def _add(self, tensors: list[torch.Tensor], samples: int | None) -> None:
         if not tensors:
             return
+        # one loader batch per micro-batch: its entry is taken even where it is not used
+        indices = self._indices.pop(samples) if self._indices is not None else None
         device = next((t.device for t in tensors if t.device.type != "cpu"),
                       tensors[0].device)
         with torch.no_grad():
             numbers = torch.cat([_tensor_numbers(t).to(device, non_blocking=True)
                                  for t in tensors])
-        self._parts.append(_Part(numbers, [t.numel() for t in tensors], self._eager()))
+        self._parts.append(_Part(numbers, [t.numel() for t in tensors], self._eager(),
+                                 indices))
 
 
 def _tensors_in(batch: Any) -> Iterator[torch.Tensor]:

@@ -20,6 +20,14 @@ resume advice is ``trainer.train(resume_from_checkpoint=...)`` on it: the step's
 withheld, so it is the state before the step, and the Trainer goes on at the next step.
 Under ``stop_exit_code`` the process exits from the train end, after the callbacks that end
 after this one (stopping.py); the code after ``trainer.train()`` does not run then.
+
+A step's batch is named by its samples' indices as the Trainer's training loader fetched
+them (reading/sample_indices.py): the loader the callback is handed at train begin, and the
+one ``get_resumed_dataloader`` makes for an epoch resumed mid-way (``resume_from_checkpoint``
+without ``ignore_data_skip``: accelerate's loader that skips the batches trained on), which
+the callback wraps on the calling Trainer until train end. A Trainer without that method
+(older transformers) skips those batches in a loader of its own: that epoch's indices are
+unknown (null), the next epochs' named again.
 """
 from __future__ import annotations
 
@@ -57,6 +65,7 @@ class HFCallback(TrainerCallback):
         self._scaler: Any = None           # AMP's GradScaler of the step (fp16), or None
         self._training = self.train_monitor.training_state
         self._training.trainer = HF
+        self._resumed: tuple[Any, Any] | None = None   # the Trainer wrapped, its own method
 
     @property
     def monitor(self):
@@ -72,10 +81,27 @@ class HFCallback(TrainerCallback):
             schedulers=[lr_scheduler] if lr_scheduler is not None else [])
         self._hook = model.register_forward_hook(self._take_loss)
         self._trainer = _calling_trainer(state)
+        self.train_monitor.watch_data(kwargs.get("train_dataloader"))
+        self._watch_resumed(self._trainer)
         # the callback is handed the bare model; the Trainer's DDP (not under FSDP or
         # DeepSpeed) says every rank holds the same state
         self.train_monitor.trained_in(getattr(self._trainer, "model_wrapped", None))
         self.monitor.start(total_steps=state.max_steps or None, after_step=state.global_step)
+
+    def _watch_resumed(self, trainer: Any) -> None:
+        """The loader a mid-epoch resume makes (a new one, which skips the batches trained
+        on) watched as the first is: the Trainer's method wrapped on the instance."""
+        made = getattr(trainer, "get_resumed_dataloader", None)
+        if made is None:
+            return
+        watch = self.train_monitor.watch_data
+
+        def get_resumed_dataloader(*args: Any, **kwargs: Any) -> Any:
+            loader = made(*args, **kwargs)
+            watch(loader)
+            return loader
+        self._resumed = (trainer, trainer.__dict__.get("get_resumed_dataloader"))
+        trainer.get_resumed_dataloader = get_resumed_dataloader
 
     def _take_loss(self, module: torch.nn.Module, inputs: Any, output: Any) -> None:
         """The model's loss, recorded as the Trainer backpropagates it. Between the model
@@ -157,6 +183,13 @@ class HFCallback(TrainerCallback):
         if self._args is not None:
             self._args.max_grad_norm = self._max_grad_norm
             self._args = None
+        if self._resumed is not None:
+            trainer, own = self._resumed
+            if own is None:
+                trainer.__dict__.pop("get_resumed_dataloader", None)
+            else:
+                trainer.get_resumed_dataloader = own
+            self._resumed = None
 
 
 def _calling_trainer(state: Any) -> Trainer | None:

@@ -10,7 +10,7 @@ optimizer's post-hook as in a plain loop. The loss is what Lightning backpropaga
 summed over the step's batches, i.e. their mean over a full accumulation window.
 One optimizer is protected: the first (automatic optimization has one). A step's samples
 (for samples/s) are the batches Lightning hands the step, each counted by the first dimension
-of the first tensor found in it (batch.py).
+of the first tensor found in it (reading/samples.py).
 
 A stop sets ``trainer.should_stop``. One that asks for a checkpoint has Lightning write its
 own of the step too (``trainer.save_checkpoint``, beside mindwatch's in ``checkpoints/``, as
@@ -21,6 +21,14 @@ exits from the ``teardown`` of "fit", after Lightning's train end, its own teard
 ``on_fit_end``, and after the callbacks after this one have torn down (stopping.py):
 Lightning then finalises its loggers as "failed", and the code after ``trainer.fit`` does not
 run.
+
+A step's batch is named by its samples' indices as its training ``DataLoader`` fetched them
+(reading/sample_indices.py). Lightning makes the epoch's iterator, and fetches its first
+batch, before ``on_train_start``; so the loader is watched as Lightning hands it to its
+strategy (``process_dataloader``, wrapped on the trainer's strategy from ``setup`` to
+``teardown``), after its own re-instantiation with a ``DistributedSampler`` under DDP, and
+again at each reload (``reload_dataloaders_every_n_epochs``). With several training loaders
+(a ``CombinedLoader``), whose batches come together, the indices are unknown (null).
 """
 from __future__ import annotations
 
@@ -34,7 +42,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ...decisions.exit_status import after_own, exit_after
 from ..callback import TrainMonitor
 from ..checkpoints.training_state import LIGHTNING
-from .batch import samples_in
+from ..reading.samples import samples_in
 from .stopping import asks_checkpoint
 
 
@@ -50,12 +58,39 @@ class LightningCallback(Callback):
         self._samples: int | None = 0         # the batches' samples since the last step
         self._training = self.train_monitor.training_state
         self._training.trainer = LIGHTNING
+        self._strategy: Any = None            # whose process_dataloader is wrapped
 
     @property
     def monitor(self):
         return self.train_monitor.monitor
 
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit" or self._strategy is not None:
+            return
+        strategy = self._strategy = trainer.strategy
+        process = strategy.process_dataloader
+        watch = self.train_monitor.watch_data
+
+        def process_dataloader(dataloader: Any) -> Any:
+            processed = process(dataloader)
+            if trainer.training:        # not the sanity check's or validation's loaders
+                watch(processed)
+            return processed
+        strategy.process_dataloader = process_dataloader
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._one_loader(trainer)
+
+    def _one_loader(self, trainer) -> None:
+        """Several training loaders hand their batches together, as one: not watched (called
+        before the first batch of a pass: at train start, an epoch resumed mid-way has no
+        epoch start, and at each epoch start, after a reload)."""
+        combined = getattr(trainer.fit_loop, "_combined_loader", None)
+        if combined is not None and len(combined.flattened) > 1:
+            self.train_monitor.unwatch_data()
+
     def on_train_start(self, trainer, pl_module) -> None:
+        self._one_loader(trainer)
         self._samples = 0
         if not trainer.optimizers:
             return
@@ -123,6 +158,9 @@ class LightningCallback(Callback):
     def teardown(self, trainer, pl_module, stage: str) -> None:
         if stage != "fit":
             return
+        if self._strategy is not None:
+            self._strategy.__dict__.pop("process_dataloader", None)
+            self._strategy = None
         exit_after(self.train_monitor.settings.stop_exit_code, self.monitor.stop_requested,
                    self.monitor.rank, [partial(callback.teardown, trainer, pl_module, stage)
                                        for callback in after_own(trainer.callbacks, self)])
