@@ -147,6 +147,20 @@ def fingerprint_cost(model, repeats=20):
     return (time.perf_counter() - start) / repeats
 
 
+def batch_identity_cost(dataset, repeats=2000):
+    """Seconds of one batch identity (issue #46: mindspore/reading/batch.py's host_identity)
+    of the dataset's first batch, as the callback computes it before every step: its cost
+    alone, which the interleaved chunks cannot tell from their noise (~1%)."""
+    from mindwatch.mindspore.reading.batch import host_identity
+    batch = next(dataset.create_tuple_iterator())
+    for _ in range(10):
+        host_identity(batch)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        host_identity(batch)
+    return (time.perf_counter() - start) / repeats, [tuple(t.shape) for t in batch]
+
+
 def trend_costs(steps=20000, steps_per_sample=20):
     """Host microseconds per step of the three trend rules (throughput_drop, data_bound,
     memory_growth) on a run with one hardware sample every ``steps_per_sample`` steps (2 s
@@ -310,6 +324,9 @@ def main(argv=None) -> int:
                   f"{seconds * 1e3:.2f} ms = {seconds / step_s:.2f} steps; at the default "
                   f"interval ({DEFAULT_CONSISTENCY_INTERVAL}): "
                   f"{seconds / step_s / DEFAULT_CONSISTENCY_INTERVAL:.3%} of a step")
+            seconds, shapes = batch_identity_cost(wrapped[0][2])
+            print(f"batch identity (bad_batches.jsonl), every step, inputs {shapes}: "
+                  f"{seconds * 1e3:.3f} ms = {seconds / step_s:.2%} of a step")
         print("\nhost cost of the rules per step (prebuilt observations, a hardware sample every "
               "20 steps; median of 5 runs of 20000 steps):")
         for name, micros in trend_costs().items():

@@ -100,6 +100,29 @@ class Loop:
         return time.perf_counter() - start
 
 
+def identity_seconds(tokens: torch.Tensor, repeats: int = 2000) -> float:
+    """Seconds of one step's batch identity alone (reading/batch.py: the forward pre-hook's
+    sums, their place in the step's vector, the host's fingerprint; its read to the host is
+    the step's own, done here apart, so this is an upper bound): what the side-by-side rows
+    cannot tell from their noise (a few percent on the CPU)."""
+    from mindwatch.torch.reading.batch import BatchReading
+    model = nn.Linear(1, 1)
+    reading = BatchReading(model, model)
+
+    def once() -> None:
+        reading._add([tokens], len(tokens))
+        batch = reading.take()
+        assert batch is not None
+        batch.given([float(v) for v in batch.on_device(tokens.device).tolist()])
+        batch.identity()
+    for _ in range(20):
+        once()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        once()
+    return (time.perf_counter() - start) / repeats
+
+
 def measure(name: str, size: dict, args: argparse.Namespace) -> None:
     generator = torch.Generator().manual_seed(1)
     batches = [(torch.randint(0, size["vocab"], (args.batch, size["seq"]), generator=generator)
@@ -133,6 +156,10 @@ def measure(name: str, size: dict, args: argparse.Namespace) -> None:
     quartiles = statistics.quantiles(identity, n=4)
     print(f"  the batch identity: mindwatch {statistics.median(identity):.4f}x "
           f"no-batch-identity (quartiles {quartiles[0]:.4f}-{quartiles[2]:.4f})")
+    seconds = identity_seconds(batches[0][0])
+    print(f"  the batch identity alone, {tuple(batches[0][0].shape)} tokens: "
+          f"{seconds * 1e3:.3f} ms = {seconds / statistics.median(bare_times):.2%} of the "
+          "bare step")
 
 
 SIZES = {

@@ -402,3 +402,26 @@ def test_a_loop_that_knows_its_samples_names_them(tmp_path):
                                 "indices": list(range(8, 16))}
     assert [e["indices"] for e in read_ledger(str(tmp_path / "bad_batches.jsonl"))] == \
         [list(range(8, 16))]
+
+
+def test_the_hooks_numbers_are_the_hosts_for_every_kind_of_input():
+    """Token ids (int64, above float32's exact integers too), a bool mask, int8, and float
+    inputs with NaN and Inf: the forward pre-hook's fingerprint is host_numbers' (the
+    integers' values taken in float32 as the host takes them)."""
+    from mindwatch.torch.reading.batch import BatchReading
+
+    model = nn.Linear(1, 1)
+    reading = BatchReading(model, model)
+    generator = torch.Generator().manual_seed(5)
+    floats = torch.randn(4, 6, generator=generator)
+    floats[1, 2], floats[3, 0] = float("nan"), float("inf")
+    inputs = [torch.randint(0, 50_000, (4, 16), generator=generator),
+              torch.tensor([[2 ** 24 + 1, -(2 ** 31)]], dtype=torch.int64),
+              torch.rand(4, 16, generator=generator) > 0.5,
+              torch.randint(-100, 100, (4, 3), generator=generator, dtype=torch.int8),
+              floats, floats.to(torch.float64)]
+    for tensors in ([inputs[0]], inputs):
+        reading._add(list(tensors), 4)
+        batch = reading.take()
+        assert batch.identity()["fingerprint"] == fingerprint(
+            host_numbers([t.numpy() for t in tensors])), [t.dtype for t in tensors]
