@@ -10,10 +10,9 @@ input queue's size and PATH, is put back before the next).
 SCENARIO: healthy | nan_rank1 | overheat_rank0 | straggler_rank1 | long (runs until a signal
 stops it) | spike_rank1_skip (rank 1's targets x1e3 at SPIKE_STEP, on_anomaly "skip") |
 spike_rank1_rewind (the same spike, on_anomaly "rewind", a snapshot every 5 steps) |
-bad_batch_rank1 (rank 1's batch BAD_STEP all NaN: the job stops, the ledger keeps it) |
-bad_batch_rank1_again (bad_batch_rank1's run directory resumed by a new run, its data in
-another order: rank 1's known bad batch second, its rows shuffled; rank 0's batch
-NEW_BAD_STEP all NaN) |
+bad_batch_rank1, bad_batch_fit_rank1, bad_batch_loop_rank1 and each one's ..._again (a bad
+batch, then the run directory resumed with the data in another order, under Model.train,
+Model.fit and the functional loop: bad_batch_scenario.py) |
 loop_signal_rank1 (a custom loop, jit_step + observe, rank 1 signalled:
 custom_loop_scenario.py) | hang_rank1 (rank 1's data source blocks STALL_S seconds at batch
 STALL_STEP; the other rank waits for it in a collective; hang_timeout_s HANG_TIMEOUT_S, policy
@@ -39,12 +38,12 @@ from mindspore.communication import get_rank, init
 from mindspore.train import Callback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bad_batch_scenario import run as bad_batch_run
 from custom_loop_scenario import train_loop
 from mindwatch.mindspore import TrainMonitor
 from ms_helpers import make_regressor, regression_arrays
 
 NAN_STEP = 5
-BAD_STEP, NEW_BAD_STEP = 3, 6
 SPIKE_STEP = 15
 STALL_STEP, STALL_S, HANG_TIMEOUT_S = 6, 8.0, 3.0
 
@@ -71,19 +70,6 @@ def batches(rank, steps, nan_at, slow, spike_at=None, slow_from=1, slow_s=0.1):
                 time.sleep(slow_s)        # a slow input pipeline on this rank
             yield x[8 * i: 8 * i + 8], y[8 * i: 8 * i + 8]
     return ds.GeneratorDataset(generate, ["x", "y"], shuffle=False)
-
-
-def another_order(rank, steps):
-    """bad_batch_rank1_again's data: on rank 1 bad_batch_rank1's batches with the bad one
-    second and its rows shuffled; on rank 0 its batches with batch NEW_BAD_STEP all NaN."""
-    x, y = regression_arrays(8 * steps, seed=rank,
-                             nan_at=BAD_STEP if rank == 1 else NEW_BAD_STEP)
-    parts = [(x[8 * i: 8 * i + 8], y[8 * i: 8 * i + 8]) for i in range(steps)]
-    if rank == 1:
-        bad = parts.pop(BAD_STEP - 1)
-        rows = np.random.default_rng(7).permutation(8)
-        parts.insert(1, (bad[0][rows], bad[1][rows]))
-    return ds.GeneratorDataset(lambda: iter(parts), ["x", "y"], shuffle=False)
 
 
 # Set when rank 1 has trained up to the stall (StallAfter). The data source waits for it
@@ -177,13 +163,9 @@ def train(log_dir, out_dir, scenario, rank):
         ds.config.set_prefetch_size(1)
     if scenario == "nudge_rank1" and rank == 1:
         callbacks = [NudgeAt(NUDGE_STEP)]
-    if scenario == "bad_batch_rank1_again":
-        # a new run in bad_batch_rank1's directory
-        log_dir = os.path.join(os.path.dirname(os.path.dirname(log_dir)), "bad_batch_rank1",
-                               "run")
-        settings.update(resume=True)
     if scenario.startswith("bad_batch"):
-        epochs = 1
+        return bad_batch_run(os.path.dirname(os.path.dirname(log_dir)), out_dir, scenario,
+                             rank, settings)
     if scenario == "loop_signal_rank1":
         return train_loop(log_dir, out_dir, rank, settings)
     if scenario == "overheat_rank0" and os.environ.get("ALERT_WEBHOOK"):
@@ -198,10 +180,6 @@ def train(log_dir, out_dir, scenario, rank):
                    spike_at=SPIKE_STEP if spiking else None,
                    slow_from=SLOWDOWN_STEP if scenario == "slowdown_rank1" else 1,
                    slow_s=SLOWDOWN_S if scenario == "slowdown_rank1" else 0.1)
-    if scenario == "bad_batch_rank1":
-        data = batches(rank, steps, BAD_STEP if rank == 1 else None, slow=False)
-    if scenario == "bad_batch_rank1_again":
-        data = another_order(rank, steps)
     if scenario == "hang_rank1":
         data = ds.GeneratorDataset(StallingBatches(rank, steps), ["x", "y"], shuffle=False)
     ms.train.Model(step).train(epochs, data, callbacks=[*callbacks, monitor],

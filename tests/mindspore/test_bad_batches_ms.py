@@ -8,6 +8,7 @@ import json
 
 import mindspore as ms
 import numpy as np
+import pytest
 from mindspore import dataset as ds
 from mindspore import nn
 from mindspore.train import Callback, Model
@@ -54,16 +55,41 @@ class Weights(Callback):
         self.after[run_context.original_args().cur_step_num] = weights_of(self.net)
 
 
-def _train(log_dir, batches, *, wrap=True, **settings):
+def _train(log_dir, batches, *, wrap=True, pipeline="train", **settings):
+    """One run over ``batches`` (``pipeline``: Model.train, Model.fit with an evaluation
+    each epoch, or the functional loop, jit_step + observe); returns every step's weights
+    before and after it."""
     net = make_regressor()
     optimizer = nn.Adam(net.trainable_params(), 1e-2)
     monitor = TrainMonitor(str(log_dir), hardware_interval_s=None, on_anomaly=STOP, **settings)
+    weights = Weights(net)
+    if pipeline == "loop":
+        loss_fn = nn.MSELoss()
+
+        def forward_fn(x, y):           # MindSpore's parser takes no lambda inside a call
+            return loss_fn(net(x), y)
+
+        step = monitor.jit_step(forward_fn, optimizer)
+        for number, (x, y) in enumerate(batches, start=1):
+            weights.before[number] = weights_of(net)
+            monitor.observe(step=number, outputs=step(ms.Tensor(x), ms.Tensor(y)))
+            weights.after[number] = weights_of(net)
+            if monitor.stop_requested:
+                break
+        monitor.close()
+        return weights
     if wrap:
-        model = Model(monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), optimizer))
+        model = Model(monitor.wrap(nn.WithLossCell(net, nn.MSELoss()), optimizer),
+                      eval_network=nn.WithEvalCell(net, nn.MSELoss()), metrics={"mae"},
+                      eval_indexes=[0, 1, 2])
     else:
         model = Model(net, nn.MSELoss(), optimizer)
-    weights = Weights(net)
-    model.train(1, _dataset(batches), callbacks=[weights, monitor], dataset_sink_mode=False)
+    if pipeline == "fit":
+        model.fit(1, _dataset(batches), _dataset(_batches()[:2]),
+                  callbacks=[weights, monitor], dataset_sink_mode=False)
+    else:
+        model.train(1, _dataset(batches), callbacks=[weights, monitor],
+                    dataset_sink_mode=False)
     return weights
 
 
@@ -81,10 +107,12 @@ def _steps(segment):
     return {r["step"]: r for r in segment if r["kind"] == "step"}
 
 
-def test_a_stopped_batch_is_withheld_by_itself_when_the_run_comes_back(tmp_path, mode):
+@pytest.mark.parametrize("pipeline", ["train", "fit", "loop"])
+def test_a_stopped_batch_is_withheld_by_itself_when_the_run_comes_back(tmp_path, mode,
+                                                                       pipeline):
     run = tmp_path / "run"
     first = _batches(poisoned=[2])
-    _train(run, first)
+    _train(run, first, pipeline=pipeline)
     segment = _segment(run)
     assert sorted(_steps(segment)) == [1, 2, 3]                 # stopped after the bad one
     bad = {"fingerprint": _fingerprint(first[2]), "indices": None}
@@ -103,7 +131,7 @@ def test_a_stopped_batch_is_withheld_by_itself_when_the_run_comes_back(tmp_path,
     order = rng.permutation(BATCH)
     shuffled = (second[2][0][order], second[2][1][order])
     weights = _train(run, [second[3], shuffled, second[0], second[4], second[1], second[5]],
-                     resume=True)
+                     pipeline=pipeline, resume=True)
     segment = _segment(run)
     steps = _steps(segment)
     assert sorted(steps) == [1, 2, 3, 4]                        # stopped on the new one

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from multirank_trainer import BAD_STEP, HANG_TIMEOUT_S, NEW_BAD_STEP, SLOWDOWN_STEP, STALL_STEP
+from bad_batch_scenario import BAD_STEP, NEW_BAD_STEP
+from multirank_trainer import HANG_TIMEOUT_S, SLOWDOWN_STEP, STALL_STEP
 from test_overheat_e2e import heating_npu_smi
 
 from mindwatch.basics.batch_identity import host_numbers, identity
@@ -32,7 +33,9 @@ TRAINER = HERE / "multirank_trainer.py"
 # is ended by its test, in a job of its own).
 SCENARIOS = ["healthy", "nudge_rank1", "nan_rank1", "spike_rank1_skip", "spike_rank1_rewind",
              "overheat_rank0", "hang_rank1", "straggler_rank1", "slowdown_rank1",
-             "loop_signal_rank1", "bad_batch_rank1", "bad_batch_rank1_again"]
+             "loop_signal_rank1", "bad_batch_rank1", "bad_batch_rank1_again",
+             "bad_batch_fit_rank1", "bad_batch_fit_rank1_again", "bad_batch_loop_rank1",
+             "bad_batch_loop_rank1_again"]
 
 
 def _msrun_command(root, *scenarios):
@@ -385,33 +388,35 @@ def _batch_fingerprint(rank, step):
                     )["fingerprint"]
 
 
-def test_a_bad_batch_of_one_rank_is_withheld_on_every_rank_when_the_job_comes_back(job):
-    """Issue #46 under data parallelism: rank 1's NaN batch stops the job and enters the
+@pytest.mark.parametrize("first", ["bad_batch_rank1", "bad_batch_fit_rank1",
+                                   "bad_batch_loop_rank1"], ids=["train", "fit", "loop"])
+def test_a_bad_batch_of_one_rank_is_withheld_on_every_rank_when_the_job_comes_back(job, first):
+    """Issue #46 under data parallelism (Model.train, Model.fit, the functional loop: the
+    scenarios of bad_batch_scenario.py): rank 1's NaN batch stops the job and enters the
     ledger as rank 1's; the job started again in that directory (resume=True), its data in
     another order, withholds the batch's update on both ranks by itself (the ranks'
     exchange counts the rank that withheld it on purpose: no anomaly on either) and stops
     on the next new bad batch, rank 0's."""
-    msrun(job, "bad_batch_rank1")
-    assert all((job.root / "bad_batch_rank1_again" / f"done_rank{rank}").exists()
+    msrun(job, first)
+    assert all((job.root / f"{first}_again" / f"done_rank{rank}").exists()
                for rank in (0, 1)), job.said()
-    root = job.root / "bad_batch_rank1" / "run"
-    first, again = zip(*(_segments(root / f"rank_{rank}.jsonl") for rank in (0, 1)), strict=True)
+    root = job.root / first / "run"
+    segments = [_segments(root / f"rank_{rank}.jsonl") for rank in (0, 1)]
     ledger = [json.loads(line) for line in (root / "bad_batches.jsonl").read_text().splitlines()]
-    known = _batch_fingerprint(1, BAD_STEP)
     assert [(e["step"], e["origin_rank"], e["fingerprint"]) for e in ledger] == [
-        (BAD_STEP, 1, known), (NEW_BAD_STEP, 0, _batch_fingerprint(0, NEW_BAD_STEP))]
-    for rank, segments in enumerate(zip(first, again, strict=True)):
-        before, after = ({r["step"]: r for r in segment if r["kind"] == "step"}
-                         for segment in segments)
-        assert sorted(before) == list(range(1, BAD_STEP + 1)), rank
-        assert sorted(after) == list(range(1, NEW_BAD_STEP + 1)), rank
-        assert [(s, r.get("skip_reason")) for s, r in after.items() if r["skipped"]] == [
+        (BAD_STEP, 1, _batch_fingerprint(1, BAD_STEP)),
+        (NEW_BAD_STEP, 0, _batch_fingerprint(0, NEW_BAD_STEP))]
+    for rank, (before, after) in enumerate(segments):
+        steps = [{r["step"]: r for r in segment if r["kind"] == "step"}
+                 for segment in (before, after)]
+        assert sorted(steps[0]) == list(range(1, BAD_STEP + 1)), rank
+        assert sorted(steps[1]) == list(range(1, NEW_BAD_STEP + 1)), rank
+        assert [(s, r.get("skip_reason")) for s, r in steps[1].items() if r["skipped"]] == [
             (2, "known_bad_batch"), (NEW_BAD_STEP, None)], rank
-        anomalies = [r for r in segments[1] if r["kind"] == "anomaly"]
-        assert {a["step"] for a in anomalies} == {NEW_BAD_STEP}, rank
-        [said] = [r["message"] for r in segments[1]
+        assert {a["step"] for a in after if a["kind"] == "anomaly"} == {NEW_BAD_STEP}, rank
+        [said] = [r["message"] for r in after
                   if r["kind"] == "notice" and "known bad" in r["message"]]
         assert ("its batch being a known bad one" if rank == 1 else "another rank's batch") \
             in said, (rank, said)
-        assert [r["reason"] for r in segments[1] if r["kind"] == "end"] == ["stopped"]
-    same_weights_on_both_ranks(job.root / "bad_batch_rank1_again" / "out")
+        assert [r["reason"] for r in after if r["kind"] == "end"] == ["stopped"]
+    same_weights_on_both_ranks(job.root / f"{first}_again" / "out")
