@@ -1,13 +1,17 @@
 """Two data-parallel ranks under MindFormers' Trainer, started by msrun the way a user starts
-`run_mindformer.py`: one mindwatch log per rank, and one stop for all of them. The three
-runs go one after another in one msrun job (one cluster start-up: ``runs``), each test
-reading its own."""
+`run_mindformer.py`: one mindwatch log per rank, and one stop for all of them. The runs go
+one after another in one msrun job (one cluster start-up: ``runs``), each test reading its
+own."""
 
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from mf_config import (
+    HERE,
     MINDWATCH_CELL,
     batch_result,
     data_parallel,
@@ -41,12 +45,33 @@ def _nan_skipped(where):
         monitor={"on_anomaly": {"loss_nonfinite": "skip", "gradient_nonfinite": "skip"}}))
 
 
+BAD = 6
+
+
+def _bad_batch(where):
+    """Rank 1's step BAD NaN, undone before the monitor's step end (NanAtStep listed before
+    it): the checkpoint holds the clean state after step BAD - 1; without a replay the
+    withheld batch enters the ledger unchecked (test_mindformers_bad_batches.py's way)."""
+    return data_parallel(mf_config(where, cell=MINDWATCH_CELL, monitor={"replay": False},
+                                   callbacks=[{"type": "NanAtStep", "step": BAD, "rank": 1}]))
+
+
+def _bad_batch_again(where):
+    """_bad_batch's data again, from the start, the monitor resumed on its directory. (The
+    report's advice, MindFormers' own resume_training, cannot run here: with several ranks
+    it waits in a PyNative barrier, which MindSpore's CPU lacks; its pick of the checkpoint
+    is checked below with MindFormers' own functions.)"""
+    return data_parallel(mf_config(where, cell=MINDWATCH_CELL, monitor={
+        "log_dir": str(where.parent / "bad_batch" / "mw"), "resume": True}))
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Each run's folder once the job of all three ended, and msrun's result."""
+    """Each run's folder once the job of all the runs ended, and msrun's result."""
     root = tmp_path_factory.mktemp("ranks")
     configs = {}
-    for name, make in (("stop", _stop), ("nan", _nan), ("nan_skipped", _nan_skipped)):
+    for name, make in (("stop", _stop), ("nan", _nan), ("nan_skipped", _nan_skipped),
+                       ("bad_batch", _bad_batch), ("bad_batch_again", _bad_batch_again)):
         (root / name).mkdir()
         configs[name] = make(root / name)
     return root, run_msrun_batch(root, configs)
@@ -127,3 +152,68 @@ def test_mindwatchs_cell_withholds_one_ranks_nan_on_both_and_names_that_rank(run
     # is not given (two shards), but the same weights are: the same global norm
     first, second = run.ranks
     assert [s["grad_norm"] for s in first.steps[6:]] == [s["grad_norm"] for s in second.steps[6:]]
+
+
+def test_started_again_both_ranks_withhold_rank_1s_bad_batch_by_itself(runs):
+    """Issue #46 under MindFormers' data parallelism: rank 1's bad batch stops the job and
+    enters the ledger as rank 1's; the job started again on that directory withholds that
+    step on both ranks by itself (no anomaly, no stop) and trains to the end, one model."""
+    _run(runs, "bad_batch")
+    _, applied = _run(runs, "bad_batch_again")
+    log_dir = runs[0] / "bad_batch" / "mw"
+    ledger = [json.loads(line) for line in (log_dir / "bad_batches.jsonl").read_text()
+              .splitlines()]
+    assert [(e["step"], e["origin_rank"], e["reproduced"]) for e in ledger] == [(BAD, 1, None)]
+    run = read_run(str(log_dir))
+    norms = []
+    for log in run.ranks:
+        again = log.records[max(i for i, r in enumerate(log.records) if r["kind"] == "run"):]
+        steps = {r["step"]: r for r in again if r["kind"] == "step"}
+        assert sorted(steps) == list(range(1, STEPS + 1)), log.rank
+        assert [(s, r.get("skip_reason")) for s, r in steps.items() if r["skipped"]] == [
+            (BAD, "known_bad_batch")], log.rank
+        assert not [r for r in again if r["kind"] == "anomaly"], log.rank
+        assert again[-1]["kind"] == "end" and again[-1]["reason"] == "completed"
+        norms.append([steps[s]["grad_norm"] for s in sorted(steps)])
+    assert norms[0] == norms[1]                         # one model
+    assert applied == [STEPS - 1, STEPS - 1]            # every step's update but BAD's
+
+
+def test_the_jobs_one_checkpoint_resumes_every_rank_from_its_own_folder(runs):
+    """Data parallelism: the stop's checkpoint is rank 0's alone (issue #43), and MindFormers'
+    resume_training has each rank load from its own rank_<R>/ of the folder the advice names
+    (rank 0 counts those folders and picks a step every one holds): each rank's folder
+    links the one checkpoint, which MindFormers' own pick finds for both ranks."""
+    _run(runs, "bad_batch")
+    log_dir = runs[0] / "bad_batch" / "mw"
+    [checkpoint] = (log_dir / "checkpoints").iterdir()
+    resume_dir = log_dir / "mindformers_resume"
+    assert sorted(p.name for p in resume_dir.iterdir()) == ["rank_0", "rank_1"]
+    picked = json.loads(subprocess.run(
+        [sys.executable, "-c", MINDFORMERS_PICK, str(HERE), str(resume_dir)],
+        capture_output=True, text=True, timeout=120, check=True).stdout.splitlines()[-1])
+    name = f"mindwatch_rank_0-1_{BAD - 1}.ckpt"
+    assert picked["meta"] == [1, BAD - 1, name]
+    for rank in (0, 1):
+        chosen = os.path.basename(picked["ranks"][rank])
+        assert chosen == f"mindwatch_rank_{rank}-1_{BAD - 1}.ckpt"
+        assert os.path.samefile(resume_dir / f"rank_{rank}" / chosen, checkpoint)
+
+
+# MindFormers' own pick of the checkpoint to resume from, rank 0's (the newest step every
+# rank folder holds) and then each rank's file, as resume_training makes it (its barrier
+# between the two left out)
+MINDFORMERS_PICK = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import hyper_parallel_standin
+hyper_parallel_standin.install()
+import inspect
+from mindformers.tools.resume_ckpt import get_info_from_meta, get_resume_ckpt_list
+# MindFormers 1.6 finds the rank folders itself; later releases are told how many there are
+counted = "rank_dir_num" in inspect.signature(get_info_from_meta).parameters
+epoch, step, name = get_info_from_meta(sys.argv[2], *([2] if counted else []))
+print(json.dumps({"meta": [epoch, step, name],
+                  "ranks": [get_resume_ckpt_list(sys.argv[2], name, rank, 2)[-1]
+                            for rank in (0, 1)]}))
+"""

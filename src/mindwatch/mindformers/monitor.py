@@ -104,9 +104,12 @@ class MindWatchMonitor(TrainMonitor):
         point = resume.resume_point(step, self.monitor.responder.history, self._cb_params)
         path = save_atomically(cell, self.monitor.log_dir, step, self.monitor.rank, reason,
                                append=point.keys())
+        # the job's one checkpoint under data parallelism (rank 0's): every rank resumes
+        # from it, each from its own folder
+        ranks = range(self.monitor.world_size) if self._replicated() else [self.monitor.rank]
         try:
             self._resume_points[path] = resume.link_resumable(
-                path, self.monitor.log_dir, self.monitor.rank, point)
+                path, self.monitor.log_dir, ranks, point)
         except OSError as exc:           # the checkpoint stands; the advice names it alone
             self._resume_points[path] = point
             self.monitor.notice(f"the checkpoint {path} could not be linked into "

@@ -158,13 +158,22 @@ def resume_point(step: int, history: Sequence[Mapping[str, Any]], cb: Any) -> Re
                        _loss_scale(cb))
 
 
-def link_resumable(checkpoint: str, log_dir: str, rank: int, point: ResumePoint) -> ResumePoint:
+def link_resumable(checkpoint: str, log_dir: str, ranks: Sequence[int],
+                   point: ResumePoint) -> ResumePoint:
     """``checkpoint`` (holding ``point.keys()``) into ``<log_dir>/mindformers_resume/rank_<R>/``
-    under CheckpointMonitor's name, with the ``meta.json`` MindFormers picks it by; each
-    file is written under a temporary name and renamed. Returns ``point`` with its
-    directory. Raises OSError when the disk refuses."""
+    for each of ``ranks`` under CheckpointMonitor's name, with the ``meta.json`` MindFormers
+    picks it by; each file is written under a temporary name and renamed. Several ranks:
+    under data parallelism rank 0's checkpoint is the job's (every rank holds the same state),
+    and MindFormers' resume has every rank load from its own ``rank_<R>/`` (rank 0 counts
+    the folders and picks a step all of them hold), so each rank's folder links the same
+    file. Returns ``point`` with its directory. Raises OSError when the disk refuses."""
     directory = os.path.join(log_dir, RESUME_DIR)
-    rank_dir = os.path.join(directory, f"rank_{rank}")
+    for rank in ranks:
+        _link_rank(checkpoint, os.path.join(directory, f"rank_{rank}"), rank, point)
+    return ResumePoint(point.step, point.epoch, point.epoch_step, point.loss_scale, directory)
+
+
+def _link_rank(checkpoint: str, rank_dir: str, rank: int, point: ResumePoint) -> None:
     os.makedirs(rank_dir, exist_ok=True)
     name = point.file_name(rank)
     final = os.path.join(rank_dir, name)
@@ -181,7 +190,6 @@ def link_resumable(checkpoint: str, log_dir: str, rank: int, point: ResumePoint)
         raise
     write_text_atomically(os.path.join(rank_dir, META), json.dumps(
         {"last_epoch": point.epoch, "last_step": point.epoch_step, "last_ckpt_file": name}))
-    return ResumePoint(point.step, point.epoch, point.epoch_step, point.loss_scale, directory)
 
 
 def yaml_advice(path: str, point: ResumePoint | None) -> Snippet:
