@@ -183,7 +183,8 @@ class Monitor:
                                 hardware=lambda: responder.hardware)
         self.bad_batches = BadBatches(log_dir=self.log_dir, rank=self.rank,
                                       known_from=ledger_paths(self.settings, self.log_dir),
-                                      replayed=self._replays.replayed)
+                                      replayed=self._replays.replayed,
+                                      world_size=self.world_size)
         self._hangs = HangGuard.build(
             world_size=self.world_size, log_dir=self.log_dir, device=self.local_rank,
             places=lambda: self.peers.places, notice=self.notice,

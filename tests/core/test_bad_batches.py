@@ -129,6 +129,30 @@ def test_a_replayed_failure_is_reproduced(tmp_path):
     assert [e["reproduced"] for e in read_ledger(str(tmp_path / "bad_batches.jsonl"))] == [True]
 
 
+def test_under_data_parallelism_the_reduced_gradients_name_no_rank_but_their_origin(
+        tmp_path):
+    """Two ranks, the reduced gradients NaN on both: without local norms (no origin_rank)
+    only the rank whose own loss was bad enters its batch, the healthy rank's stays out;
+    with them, the named rank's, whatever its loss."""
+    from mindwatch.anomaly import Anomaly
+
+    def entered(rank, kinds, origin=None):
+        batches = BadBatches(log_dir=str(tmp_path / f"{rank}{origin}{len(kinds)}"),
+                             rank=rank, world_size=2)
+        found = [Anomaly(kind, 4, None, None, "nan") for kind in kinds]
+        for anomaly in found:
+            if anomaly.kind == "gradient_nonfinite":
+                anomaly.origin_rank = origin
+        obs = StepObservation(step=4, loss=1.0, skipped=True, batch=_identity(GOOD[rank]))
+        batches.review(obs, found)
+        return [e["kinds"] for e in batches.entries]
+    assert entered(0, ["gradient_nonfinite"]) == []
+    assert entered(1, ["loss_nonfinite", "gradient_nonfinite"]) == [
+        ["gradient_nonfinite", "loss_nonfinite"]]
+    assert entered(0, ["gradient_nonfinite"], origin=0) == [["gradient_nonfinite"]]
+    assert entered(1, ["gradient_nonfinite"], origin=0) == []
+
+
 def test_bad_ledgers_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="skip_batches: no file"):
         Monitor(str(tmp_path / "a"), stream=io.StringIO(), skip_batches=str(tmp_path / "x"))

@@ -10,6 +10,10 @@ each rank writes ``exit_rank<R>`` (the status ``close`` exited with, or ``preemp
 LOG_DIR before it exits so.
 ``nan_rank<R>``: rank R's loss NaN at step 6 (tests/scale's jobs of more ranks).
 ``bad_batch_rank1``: rank 1's batch of step 6 holds a NaN (the data's, the same each run).
+``bad_batches_dealt``: each rank's 12 batches fixed (the same as ``none``'s), rank 1's 6th and
+rank 0's 10th holding a NaN (the data's); resumed, each rank's batches are dealt in the order
+``DEALT`` and each one's rows shuffled: rank 1's bad batch comes at step 3, rank 0's, which the
+first run never reached, at step 8.
 ``bad_sample_loader``: the data is a DataLoader over a ``DistributedSampler`` (shuffled, seed
 0), given to protect (``data=``), whose sample ``BAD_SAMPLE`` holds a NaN.
 A third argument ``resume``: the run directory resumed (``resume=True``) from scratch."""
@@ -27,6 +31,10 @@ from mindwatch.torch import TrainMonitor
 STEPS = 12
 BAD_SAMPLE = 373         # rank 1's, at step 5
 SIGNAL_STEP = 6
+# bad_batches_dealt: the batches (0-based) each holding a NaN, by rank, and the resumed run's
+# order, the same on both ranks: batch DEALT[s - 1] at step s
+POISONED = {1: 5, 0: 9}
+DEALT = [3, 0, 5, 1, 2, 4, 6, 9, 7, 8, 10, 11]
 
 
 class Preempted(Exception):
@@ -54,6 +62,8 @@ def main(log_dir: str, fault: str, resume: bool = False) -> None:
                                 data=loader)
     generator = torch.Generator().manual_seed(100 + rank)       # each rank its own data
     batches = iter(loader) if loader is not None else None
+    if fault == "bad_batches_dealt":
+        batches = iter(dealt(rank, resume))
     for step in range(1, STEPS + 1):
         if fault == "signal_rank1" and rank == 1 and step == SIGNAL_STEP:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -92,6 +102,31 @@ def main(log_dir: str, fault: str, resume: bool = False) -> None:
     except Preempted:
         _said(log_dir, rank, "preempted")
         raise SystemExit(128 + signal.SIGTERM) from None
+
+
+def fixed_batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``bad_batches_dealt``'s: rank ``rank``'s 12 batches (x, y), its POISONED one a NaN."""
+    generator = torch.Generator().manual_seed(100 + rank)
+    found = []
+    for _ in range(STEPS):
+        x = torch.randn(16, 8, generator=generator)
+        found.append((x, x[:, :1] + torch.randn(16, 1, generator=generator)))
+    found[POISONED[rank]][0][3, 2] = float("nan")
+    return found
+
+
+def dealt(rank: int, again: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The batches in order; ``again``: in the order DEALT, each one's rows shuffled."""
+    batches = fixed_batches(rank)
+    if not again:
+        return batches
+    generator = torch.Generator().manual_seed(5)
+    shuffled = []
+    for index in DEALT:
+        x, y = batches[index]
+        rows = torch.randperm(len(x), generator=generator)
+        shuffled.append((x[rows], y[rows]))
+    return shuffled
 
 
 def _loader() -> torch.utils.data.DataLoader:

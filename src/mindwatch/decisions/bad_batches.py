@@ -11,7 +11,11 @@ ledger, and withheld by themselves when the run comes back.
   transient fault of the device, never the batch's: it never enters; nor does a step whose
   LR or update size was found at fault (``NOT_THE_BATCH``), or came within ``DAMAGE_STEPS``
   of such an update that went into the weights. Each rank writes its own
-  batch's line (appends of one short line: whole on a local or network filesystem);
+  batch's line (appends of one short line: whole on a local or network filesystem). Under
+  data parallelism the reduced gradients are every rank's: a gradient anomaly is a rank's
+  own where its ``origin_rank`` names it; where no rank is named (no local norms: Hugging
+  Face's Trainer's DDP, a communication hook of the user's), only beside an anomaly of the
+  rank's own loss, so that the healthy ranks' batches stay out;
 - the ledger of a resumed run directory (``resume=True``) and the ledgers ``skip_batches``
   names are read at the start: ``known(fingerprint)`` answers the adapters, whose protected
   step withholds a known batch's update before it is applied, and reports the step
@@ -27,7 +31,14 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..anomaly import LR_ANOMALY, TRANSIENT_FAULT, UPDATE_RATIO, Anomaly
+from ..anomaly import (
+    LOSS_NONFINITE,
+    LOSS_SPIKE,
+    LR_ANOMALY,
+    TRANSIENT_FAULT,
+    UPDATE_RATIO,
+    Anomaly,
+)
 from ..basics.batch_identity import FINGERPRINT, INDICES
 from ..observation import StepObservation
 from ..records import Anomaly as AnomalyRecord
@@ -39,6 +50,9 @@ KNOWN_BAD_BATCH = "known_bad_batch"
 # What a batch can cause: its loss or its gradients out of bounds, the kinds a step withholds
 # on its own values (recovery/skipping.py) less the LR's
 BATCH_KINDS = frozenset(SKIPPABLE_KINDS) - {LR_ANOMALY}
+# Of those, the kinds each rank finds in its own loss (the others: the gradients, reduced
+# over the ranks under data parallelism)
+LOSS_KINDS = frozenset({LOSS_NONFINITE, LOSS_SPIKE})
 # Found with those, these say the step's fault lies elsewhere: the LR (its schedule, a bad
 # value), or an update absurd against the weights (the optimizer's state); a transient fault
 # is the device's. The batch then stays out of the ledger: a run resumed with the LR fixed
@@ -68,12 +82,14 @@ def with_indices(batch: Mapping[str, Any] | None, indices: Any) -> dict[str, Any
 class BadBatches:
     """``log_dir``: where this run's ledger is written; ``known_from``: ledgers read at the
     start (the resumed directory's own, ``skip_batches``); ``replayed(step)``: the replay
-    record of ``step`` when one ran (None: no replay)."""
+    record of ``step`` when one ran (None: no replay); ``world_size``: the job's ranks."""
 
     def __init__(self, *, log_dir: str, rank: int, known_from: Iterable[str] = (),
-                 replayed: Callable[[int], Mapping[str, Any] | None] = lambda step: None):
+                 replayed: Callable[[int], Mapping[str, Any] | None] = lambda step: None,
+                 world_size: int = 1):
         self.path = os.path.join(log_dir, LEDGER)
         self.rank = rank
+        self.world_size = world_size
         self._replayed = replayed
         self._lock = threading.Lock()
         self._known: dict[str, dict[str, Any]] = {}
@@ -112,7 +128,7 @@ class BadBatches:
             return found, None
         for anomaly in found:
             anomaly.fields[AnomalyRecord.BATCH] = dict(batch)
-        own = [a for a in found if a.kind in BATCH_KINDS and a.origin_rank in (None, self.rank)]
+        own = self._own(found)
         elsewhere = any(a.kind in NOT_THE_BATCH for a in found)
         if elsewhere and not obs.skipped:
             self._damaged_at = obs.step
@@ -121,6 +137,14 @@ class BadBatches:
         if obs.skipped and own and not elsewhere and not damaged:
             return found, self._enter(obs, batch, own)
         return found, None
+
+    def _own(self, found: list[Anomaly]) -> list[Anomaly]:
+        """The anomalies of the step that this rank's batch caused (module docstring)."""
+        own = [a for a in found if a.kind in BATCH_KINDS and a.origin_rank in (None, self.rank)]
+        if self.world_size > 1 and not any(a.kind in LOSS_KINDS for a in own):
+            # the reduced gradients' anomalies, no rank named: another rank's as much
+            own = [a for a in own if a.origin_rank == self.rank]
+        return own
 
     def _enter(self, obs: StepObservation, batch: Mapping[str, Any],
                found: list[Anomaly]) -> str | None:
