@@ -9,7 +9,7 @@ As trainer_stop_script.py's runs, on two ranks: TRAINER "hf" (a tiny GPT-2 on ra
 tokens under Hugging Face's Trainer, its DDP over gloo, batches of ``BATCH`` a rank from
 accelerate's sharding of the seeded sampler's batches) or "lightning" (a tiny regression
 under the "ddp" strategy, each rank's own fixed batches dealt in an order drawn with
-``--bucket-seed``: ``RankBuckets``). The loss of every training forward whose batch holds a
+``--bucket-seed``: ``rank_buckets``). The loss of every training forward whose batch holds a
 sample ``--poison-sample`` names (found by its content) is NaN. mindwatch runs with
 ``stop_exit_code=42`` and the ``--settings`` given (``{"resume": true}``: the run directory
 resumed). HF only: ``--max-steps`` (default 16), ``--save-steps`` (``checkpoint-<step>``
@@ -30,11 +30,11 @@ import math
 import os
 
 import torch
-from trainer_stop_script import SETTINGS, holds
+from trainer_stop_script import SETTINGS, Buckets, holds
 
 BATCH = 4
 SAMPLES = 2 * 12 * BATCH         # an epoch: 12 steps of the two ranks' batches
-FIXED_SEED = 7                  # RankBuckets' fixed batches
+FIXED_SEED = 7                  # rank_buckets' fixed batches
 
 
 def forwards_log(out_dir: str, rank: int):
@@ -99,24 +99,11 @@ def run_hf(log_dir: str, out_dir: str, rank: int, options: argparse.Namespace) -
     trainer.train(resume_from_checkpoint=options.resume_from)
 
 
-class RankBuckets(torch.utils.data.Sampler):
-    """This rank's share of fixed batches of ``BATCH`` samples (a permutation of the data
-    cut in batches, as a bucketing sampler groups samples of one length; the rank's every
-    other one), dealt in an order and each one's samples in an order drawn with ``seed``."""
-
-    def __init__(self, rank: int, seed: int):
-        fixed = torch.randperm(SAMPLES, generator=torch.Generator().manual_seed(FIXED_SEED))
-        self.batches = [fixed[i:i + BATCH].tolist()
-                        for i in range(0, SAMPLES, BATCH)][rank::2]
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def __iter__(self):
-        for b in torch.randperm(len(self.batches), generator=self.generator).tolist():
-            order = torch.randperm(BATCH, generator=self.generator).tolist()
-            yield [self.batches[b][i] for i in order]
-
-    def __len__(self) -> int:
-        return len(self.batches)
+def rank_buckets(rank: int, seed: int) -> Buckets:
+    """This rank's share of fixed batches (trainer_stop_script's ``Buckets``: a permutation
+    of the data cut in batches, the rank's every other one), dealt in an order and each
+    one's samples in an order drawn with ``seed``."""
+    return Buckets(SAMPLES, seed, rank=rank, ranks=2, fixed_seed=FIXED_SEED)
 
 
 def run_lightning(log_dir: str, out_dir: str, rank: int, options: argparse.Namespace) -> None:
@@ -146,14 +133,14 @@ def run_lightning(log_dir: str, out_dir: str, rank: int, options: argparse.Names
         def train_dataloader(self):
             data = torch.utils.data.TensorDataset(x, x[:, :1] * 0.5)
             return torch.utils.data.DataLoader(
-                data, batch_sampler=RankBuckets(rank, options.bucket_seed))
+                data, batch_sampler=rank_buckets(rank, options.bucket_seed))
 
     class Weights(pl.Callback):
         def teardown(self, trainer, pl_module, stage):
             save_weights(pl_module.net, log_dir, rank)
 
     callback = LightningCallback(log_dir, stream=io.StringIO(), **SETTINGS)
-    # use_distributed_sampler=False: each rank's batches are RankBuckets' own; a
+    # use_distributed_sampler=False: each rank's batches are rank_buckets' own; a
     # DistributedSampler in its place would deal the samples out anew
     trainer = pl.Trainer(max_steps=12, accelerator="cpu", devices=2, strategy="ddp",
                          use_distributed_sampler=False, logger=False,

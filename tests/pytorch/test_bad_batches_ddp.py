@@ -168,19 +168,19 @@ def test_hf_trainer_restarted_with_its_epoch_over_again_withholds_the_known_batc
 
 def test_lightning_ddp_with_each_ranks_batches_dealt_anew_withholds_the_known_batch(tmp_path):
     """Lightning's "ddp" strategy, each rank's loader a batch sampler of its own fixed
-    batches (bad_batch_ddp.RankBuckets, as a bucketing sampler's) dealt in an order drawn
+    batches (bad_batch_ddp.rank_buckets, as a bucketing sampler's) dealt in an order drawn
     with a seed. use_distributed_sampler=False: Lightning would otherwise put a
     DistributedSampler in the loader, which deals the samples to the ranks anew and so
     changes each batch's composition with the order: a batch known by its content is a
     batch kept whole. Seed 1 deals rank 1's poisoned batch 3rd: the job stops at step 3
     (rank 1's line); restarted with resume=True and seed 2, it comes 7th, withheld on both
     ranks by itself, and rank 0's, which seed 1 dealt 12th, stops the job at step 8."""
-    from bad_batch_ddp import RankBuckets
+    from bad_batch_ddp import rank_buckets
 
     from mindwatch.basics.batch_identity import fingerprint, host_numbers
     run = tmp_path / "run"
-    dealt = {(rank, seed): list(RankBuckets(rank, seed)) for rank in (0, 1) for seed in (1, 2)}
-    fixed = {rank: RankBuckets(rank, 0).batches for rank in (0, 1)}
+    dealt = {(rank, seed): list(rank_buckets(rank, seed)) for rank in (0, 1) for seed in (1, 2)}
+    fixed = {rank: rank_buckets(rank, 0).batches for rank in (0, 1)}
     bad = {1: fixed[1][6], 0: fixed[0][7]}
 
     def step_of(rank, seed):

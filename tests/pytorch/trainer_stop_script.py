@@ -146,13 +146,16 @@ def run_hf(log_dir: str, out_dir: str, nan_at: int | None, resume: str | None,
 
 
 class Buckets(torch.utils.data.Sampler):
-    """Fixed batches of ``BATCH`` samples (a permutation of the data cut in batches, as a
-    bucketing sampler groups samples of one length), dealt in an order and each one's
-    samples in an order drawn with ``seed``: a new order each epoch."""
+    """Fixed batches of ``BATCH`` samples (a permutation of the data cut in batches, drawn
+    with ``fixed_seed``, as a bucketing sampler groups samples of one length), dealt in an
+    order and each one's samples in an order drawn with ``seed``: a new order each epoch.
+    Under data parallelism (``ranks``), rank ``rank``'s share: every ``ranks``-th batch."""
 
-    def __init__(self, size: int, seed: int):
-        fixed = torch.randperm(size, generator=torch.Generator().manual_seed(7))
-        self.batches = [fixed[i:i + BATCH].tolist() for i in range(0, size, BATCH)]
+    def __init__(self, size: int, seed: int, *, rank: int = 0, ranks: int = 1,
+                 fixed_seed: int = 7):
+        fixed = torch.randperm(size, generator=torch.Generator().manual_seed(fixed_seed))
+        self.batches = [fixed[i:i + BATCH].tolist()
+                        for i in range(0, size, BATCH)][rank::ranks]
         self.generator = torch.Generator().manual_seed(seed)
 
     def __iter__(self):
