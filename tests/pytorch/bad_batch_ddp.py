@@ -30,25 +30,11 @@ import math
 import os
 
 import torch
-from trainer_stop_script import SETTINGS, Buckets, holds
+from trainer_stop_script import SETTINGS, Buckets, forwards_log, holds
 
 BATCH = 4
 SAMPLES = 2 * 12 * BATCH         # an epoch: 12 steps of the two ranks' batches
 FIXED_SEED = 7                  # rank_buckets' fixed batches
-
-
-def forwards_log(out_dir: str, rank: int):
-    """Appends one training forward's sample indices to this rank's forwards file."""
-    runs = sum(name.startswith("forwards") and name.endswith(f"_rank{rank}.jsonl")
-               for name in os.listdir(out_dir))
-    path = os.path.join(out_dir, f"forwards{runs + 1}_rank{rank}.jsonl")
-    open(path, "w").close()
-
-    def log(rows: torch.Tensor, data: torch.Tensor) -> None:
-        found = (rows[:, None, :] == data[None]).all(-1).nonzero()[:, 1].tolist()
-        with open(path, "a") as file:
-            file.write(json.dumps(found) + "\n")
-    return log
 
 
 def save_weights(model: torch.nn.Module, log_dir: str, rank: int) -> None:
@@ -71,7 +57,7 @@ def run_hf(log_dir: str, out_dir: str, rank: int, options: argparse.Namespace) -
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64,
                                        n_positions=16, bos_token_id=0, eos_token_id=0))
     tokens = torch.randint(0, 64, (SAMPLES, 16), generator=torch.Generator().manual_seed(1))
-    log = forwards_log(out_dir, rank)
+    log = forwards_log(out_dir, f"_rank{rank}")
 
     def poison(module, args, kwargs, output):
         if module.training:
@@ -119,7 +105,7 @@ def run_lightning(log_dir: str, out_dir: str, rank: int, options: argparse.Names
             super().__init__()
             torch.manual_seed(0)
             self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
-            self.log_forward = forwards_log(out_dir, rank)
+            self.log_forward = forwards_log(out_dir, f"_rank{rank}")
 
         def training_step(self, batch, batch_idx):
             rows, y = batch

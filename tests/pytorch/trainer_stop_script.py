@@ -51,10 +51,12 @@ def mark(out_dir: str, name: str) -> None:
         file.write("yes\n")
 
 
-def forwards_log(out_dir: str):
-    """Appends one training forward's sample indices to this run's ``forwards<N>.jsonl``."""
-    runs = sum(name.startswith("forwards") for name in os.listdir(out_dir))
-    path = os.path.join(out_dir, f"forwards{runs + 1}.jsonl")
+def forwards_log(out_dir: str, suffix: str = ""):
+    """Appends one training forward's sample indices to this run's
+    ``forwards<N><suffix>.jsonl`` (``suffix``: a rank's, ``_rank<R>``)."""
+    runs = sum(name.startswith("forwards") and name.endswith(f"{suffix}.jsonl")
+               for name in os.listdir(out_dir))
+    path = os.path.join(out_dir, f"forwards{runs + 1}{suffix}.jsonl")
     open(path, "w").close()
 
     def log(rows: torch.Tensor, data: torch.Tensor) -> None:
