@@ -19,7 +19,7 @@ from multirank_trainer import HANG_TIMEOUT_S, SLOWDOWN_STEP, STALL_STEP
 from test_overheat_e2e import heating_npu_smi
 
 from bad_batch_scenario import BAD_STEP, NEW_BAD_STEP
-from mindwatch.basics.batch_identity import host_numbers, identity
+from mindwatch import batch_fingerprint
 from mindwatch.runlog import read_rank_log, read_run
 from ms_helpers import regression_arrays
 from msrun_env import assert_ranks_ran_this_mindspore, free_port, msrun_environment
@@ -388,8 +388,7 @@ def _segments(path):
 
 def _batch_fingerprint(rank, step):
     x, y = regression_arrays(8 * 12, seed=rank, nan_at=step)
-    return identity(host_numbers([x[8 * step - 8: 8 * step], y[8 * step - 8: 8 * step]])
-                    )["fingerprint"]
+    return batch_fingerprint(x[8 * step - 8: 8 * step], y[8 * step - 8: 8 * step])
 
 
 @pytest.mark.parametrize("first", ["bad_batch_rank1", "bad_batch_fit_rank1",

@@ -40,11 +40,10 @@ def main(log_dir, nan_rank, nan_step, again=None):
     if again and rank == int(nan_rank):
         bad = slice(8 * int(nan_step) - 8, 8 * int(nan_step))
         rows = np.random.default_rng(3).permutation(8)
-        moved = [np.concatenate([np.delete(v, np.s_[bad], axis=0)[:8 * AGAIN_STEP - 8],
-                                 v[bad][rows],
-                                 np.delete(v, np.s_[bad], axis=0)[8 * AGAIN_STEP - 8:]])
-                 for v in (x, y)]
-        x, y = moved
+        before = 8 * AGAIN_STEP - 8              # the samples of the steps before it
+        rests = [np.delete(v, bad, axis=0) for v in (x, y)]
+        x, y = (np.concatenate([rest[:before], v[bad][rows], rest[before:]])
+                for rest, v in zip(rests, (x, y), strict=True))
     data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(8)
     # straggler_window past the run's steps: 16 ranks on 2 cores take turns at random, and
     # an input pipeline that waited on a busy core is no straggler this job injects (the

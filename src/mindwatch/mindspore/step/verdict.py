@@ -131,11 +131,10 @@ class StepVerdict(nn.Cell):
         return self.within_bounds(stats)
 
     def held_by_a_host(self, stats: list[float]) -> bool:
-        """Whether some rank's host withheld this step on purpose (``withholding``): this
-        rank's, or under data parallelism another's."""
-        if self.share:
-            return stats[-2] >= 0.5
-        return self._upper[0] == -FLOAT32_MAX
+        """Under data parallelism, whether some rank's host withheld this step on purpose
+        (``withholding``), as the ranks' exchange counted them (one rank alone: its host
+        knows what it did, reading/batch.py)."""
+        return self.share and stats[-2] >= 0.5
 
     @contextlib.contextmanager
     def withholding(self) -> Iterator[None]:
