@@ -24,7 +24,7 @@ from .basics.clock import Clock, SystemClock
 from .basics.rank import rank_from_env
 from .basics.run_dir import prepare
 from .decisions.actions import Actions
-from .decisions.bad_batches import BadBatches, with_indices
+from .decisions.bad_batches import BadBatches, ledger_paths, with_indices
 from .decisions.job_share import JobScope
 from .decisions.replays import Replays
 from .decisions.responder import Responder
@@ -52,7 +52,7 @@ from .records import End, Epoch, Notice, Run, Versions
 from .recovery.rewinding import RewindEvent, RewindGuard, RewindWish, require_snapshots
 from .recovery.skipping import SkipGuard, SkipLimits
 from .runlog.heartbeats import BEFORE_STEP, EVALUATING, EXCHANGE, IN_STEP, STARTUP_EXCHANGE
-from .settings import MonitorSettings, ledger_paths
+from .settings import MonitorSettings
 from .sinks.base import Sink
 from .sinks.console import ConsoleSink
 from .sinks.factory import check_framework_views, open_sinks

@@ -431,7 +431,7 @@ class MonitorSettings:
         return values
 
 
-def _ledger_list(value: Any) -> list[str]:
+def ledger_list(value: Any) -> list[str]:
     """``skip_batches`` as a list of paths (None: none)."""
     return [] if value is None else [value] if isinstance(value, str) else list(value)
 
@@ -439,7 +439,7 @@ def _ledger_list(value: Any) -> list[str]:
 def _check_ledgers(value: Any) -> None:
     """``skip_batches``: paths of files that exist (a typo would otherwise skip nothing)."""
     listed = value is None or isinstance(value, (str, list, tuple))
-    paths = _ledger_list(value) if listed else []
+    paths = ledger_list(value) if listed else []
     if not listed or not all(isinstance(p, str) for p in paths):
         raise TypeError(f"skip_batches must be a path or a list of paths to bad_batches.jsonl "
                         f"files; got {value!r}")
@@ -447,16 +447,6 @@ def _check_ledgers(value: Any) -> None:
         if not os.path.isfile(path):
             raise ValueError(f"skip_batches: no file {path!r}; name an earlier "
                              "run's bad_batches.jsonl, or leave skip_batches unset")
-
-
-def ledger_paths(settings: MonitorSettings, log_dir: str) -> list[str]:
-    """The bad-batch ledgers a run reads at its start: ``skip_batches``, and under ``resume``
-    the run directory's own."""
-    paths = _ledger_list(settings.skip_batches)
-    own = os.path.join(log_dir, "bad_batches.jsonl")
-    if settings.resume and os.path.isfile(own) and own not in paths:
-        paths.append(own)
-    return paths
 
 
 def _check_throughput(settings: MonitorSettings) -> None:

@@ -45,6 +45,7 @@ from ..records import Anomaly as AnomalyRecord
 from ..records import BadBatch, Replay
 from ..recovery.skipping import SKIPPABLE_KINDS
 from ..runlog.bad_batches import LEDGER, read_ledger
+from ..settings import MonitorSettings, ledger_list
 
 KNOWN_BAD_BATCH = "known_bad_batch"
 # What a batch can cause: its loss or its gradients out of bounds, the kinds a step withholds
@@ -62,6 +63,16 @@ NOT_THE_BATCH = frozenset({LR_ANOMALY, UPDATE_RATIO, TRANSIENT_FAULT})
 # suspect for this many steps: a fault then is the state's as much as the batch's (the resume
 # advice names a state from before it), and the batch stays out of the ledger.
 DAMAGE_STEPS = 50
+
+
+def ledger_paths(settings: MonitorSettings, log_dir: str) -> list[str]:
+    """The bad-batch ledgers a run reads at its start: ``skip_batches``, and under ``resume``
+    the run directory's own."""
+    paths = ledger_list(settings.skip_batches)
+    own = os.path.join(log_dir, LEDGER)
+    if settings.resume and os.path.isfile(own) and own not in paths:
+        paths.append(own)
+    return paths
 
 
 def with_indices(batch: Mapping[str, Any] | None, indices: Any) -> dict[str, Any] | None:
