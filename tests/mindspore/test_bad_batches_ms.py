@@ -13,6 +13,7 @@ from mindspore import dataset as ds
 from mindspore import nn
 from mindspore.train import Callback, Model
 
+from mindwatch import batch_fingerprint
 from mindwatch.basics.batch_identity import host_numbers, identity
 from mindwatch.mindspore import TrainMonitor
 from mindwatch.mindspore.reading.batch import BatchGuard, host_identity
@@ -239,6 +240,9 @@ def test_the_identity_is_the_batch_content_whatever_the_order():
     halves = np.ones((2, 3), np.float32)
     assert host_identity((ms.Tensor(halves, ms.bfloat16), np.array(["a", "b"]))) == \
         identity(host_numbers([halves]))
+    # mindwatch.batch_fingerprint, which finds a ledger's batch in the data, agrees
+    assert batch_fingerprint(ms.Tensor(halves, ms.bfloat16), np.array(["a", "b"])) == \
+        identity(host_numbers([halves]))["fingerprint"]
     assert host_identity(()) is None and host_identity((np.array(["a"]),)) is None
 
 

@@ -65,19 +65,31 @@ def identity(numbers: Iterable[float], indices: Sequence[int] | None = None
             INDICES: None if indices is None else [int(i) for i in indices]}
 
 
+def host_array(value: Any) -> Any:
+    """An input as a numpy array of numbers (MindSpore and PyTorch tensors, what
+    ``numpy.asarray`` takes); None for one that holds none (strings), which a batch's
+    identity leaves out. bfloat16 goes through its float32 values."""
+    import numpy as np
+
+    try:
+        if hasattr(value, "asnumpy"):                               # MindSpore
+            array = value.asnumpy()
+            if array.dtype.kind == "V" and hasattr(value, "float"):
+                array = value.float().asnumpy()     # bfloat16 (ml_dtypes'): its float32 values
+        elif hasattr(value, "detach"):                              # PyTorch
+            array = value.detach().float().cpu().numpy()
+        else:
+            array = np.asarray(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return array if array.dtype.kind in "biuf" else None
+
+
 def batch_fingerprint(*inputs: Any) -> str:
     """The fingerprint a run gives a batch of these inputs (``bad_batches.jsonl``'s
     ``fingerprint``), in the order the step takes them (MindSpore: the dataset's columns; a
     PyTorch model: its forward's tensor arguments, positional then keyword by name). Takes
     numpy arrays, MindSpore or PyTorch tensors: to find a ledger's batch in the data where
     its samples' indices are not known, fingerprint the batches in the data's order."""
-    import numpy as np
-
-    arrays = []
-    for value in inputs:
-        if hasattr(value, "asnumpy"):                       # MindSpore
-            value = value.asnumpy()
-        elif hasattr(value, "detach"):                      # PyTorch
-            value = value.detach().float().cpu().numpy()
-        arrays.append(np.asarray(value))
-    return fingerprint(host_numbers(arrays))
+    return fingerprint(host_numbers(
+        [array for array in map(host_array, inputs) if array is not None]))

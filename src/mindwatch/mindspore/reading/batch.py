@@ -33,9 +33,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ...basics.batch_identity import host_numbers, identity
+from ...basics.batch_identity import host_array, host_numbers, identity
 from ...decisions.bad_batches import KNOWN_BAD_BATCH
 
 if TYPE_CHECKING:
@@ -56,19 +54,8 @@ def host_identity(inputs: Sequence[Any] | None) -> dict[str, Any] | None:
     None (MindSpore datasets give none, see above)."""
     if not inputs:
         return None
-    arrays = [array for array in map(_host_array, inputs) if array is not None]
+    arrays = [array for array in map(host_array, inputs) if array is not None]
     return identity(host_numbers(arrays), None) if arrays else None
-
-
-def _host_array(value: Any) -> np.ndarray | None:
-    """An input as a numpy array of numbers; None for one that holds none (strings)."""
-    try:
-        array = value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
-        if array.dtype.kind == "V" and hasattr(value, "float"):
-            array = value.float().asnumpy()     # bfloat16 (ml_dtypes'): its float32 values
-    except (TypeError, ValueError, RuntimeError):
-        return None
-    return array if array.dtype.kind in "biuf" else None
 
 
 class BatchGuard:
